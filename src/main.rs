@@ -1,1 +1,33 @@
-fn main() {}
+//! pleg-guard: keeps Kubernetes nodes out of the "PLEG is not healthy" NotReady trap.
+//!
+//! Data flows one way: probe round (I/O, bounded) → observations → diagnosis (pure) →
+//! findings → ladder (pure, with the ledger) → action (I/O) → report (journal, status.json,
+//! sd_notify). See README.md for the picture.
+
+mod action;
+mod cli;
+mod cmd;
+mod config;
+mod daemon;
+mod diagnosis;
+mod ladder;
+mod ledger;
+mod probe;
+mod report;
+mod systemd_version;
+mod target;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let cli = cli::Cli::parse();
+    match cli.command {
+        cli::Command::Run(args) => cmd::run::main(args),
+        cli::Command::Diagnose(args) => cmd::diagnose::main(args),
+        cli::Command::Status(args) => cmd::status::main(args),
+        cli::Command::CheckConfig(args) => cmd::check_config::main(args),
+        cli::Command::Generate(args) => cmd::generate::main(args),
+    }
+}

@@ -1101,3 +1101,38 @@ mod tests {
         );
     }
 }
+
+/// Identify the running systemd from PID 1's `Version` property and the package database's
+/// version (either may be unknown), and assess it. Unparsable strings count as unknown.
+pub fn identify(
+    manager_version: Option<&str>,
+    package_version: Option<&str>,
+    fixed: &[FixedBuild],
+) -> (Option<SystemdBuild>, Verdict) {
+    let manager = manager_version.and_then(|v| parse_manager_version(v).ok());
+    let package = package_version.and_then(|v| parse_package_version(v).ok());
+    let build = combine(manager, package);
+    let verdict = assess(build.as_ref(), fixed);
+    (build, verdict)
+}
+
+#[cfg(test)]
+mod identify_tests {
+    use super::*;
+
+    #[test]
+    fn rhel7_bare_manager_version_is_refined_by_the_package() {
+        let fixed = FixedBuild::defaults();
+        let (b, v) = identify(Some("219"), Some("219-62.el7_6.9"), &fixed);
+        assert_eq!(b.map(|b| b.to_string()).as_deref(), Some("219-62.el7_6.9"));
+        assert!(!v.is_affected());
+        let (_, v) = identify(Some("219"), Some("219-62.el7"), &fixed);
+        assert!(v.is_affected());
+        let (_, v) = identify(Some("219"), None, &fixed);
+        assert!(v.is_affected());
+        let (_, v) = identify(Some("252.38-1~deb12u1"), Some("garbage here"), &fixed);
+        assert!(!v.is_affected());
+        let (b, v) = identify(None, None, &fixed);
+        assert!(b.is_none() && v.is_affected());
+    }
+}

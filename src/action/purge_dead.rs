@@ -1,0 +1,116 @@
+//! Tier 1, `purge-dead-containers`: force-remove every container in state `dead`, and
+//! nothing else. Each candidate is inspected again right before its removal, so a container
+//! that changed state since the listing is left alone.
+
+use std::path::Path;
+use std::time::Duration;
+
+use bollard::models::{ContainerStateStatusEnum, ContainerSummaryStateEnum};
+use bollard::query_parameters::{ListContainersOptions, RemoveContainerOptions};
+
+use super::ActionReport;
+use crate::probe::docker::{connect, container_ref};
+
+/// Remove the dead containers of the engine at `socket`; each docker call is bounded by
+/// `timeout`.
+pub async fn run(socket: &Path, timeout: Duration) -> ActionReport {
+    let bounded = |what: &'static str| {
+        move |_| {
+            anyhow::anyhow!(
+                "{what}: no answer within {}",
+                humantime::format_duration(timeout)
+            )
+        }
+    };
+    let docker = match tokio::time::timeout(timeout, connect(socket))
+        .await
+        .map_err(bounded("connect"))
+    {
+        Ok(Ok(d)) => d,
+        Ok(Err(e)) | Err(e) => return ActionReport::failed(format!("docker: {e}")),
+    };
+    let options = ListContainersOptions {
+        all: true,
+        filters: Some(
+            [("status".to_owned(), vec!["dead".to_owned()])]
+                .into_iter()
+                .collect(),
+        ),
+        ..Default::default()
+    };
+    let listed = match tokio::time::timeout(timeout, docker.list_containers(Some(options))).await {
+        Ok(Ok(list)) => list,
+        Ok(Err(e)) => return ActionReport::failed(format!("listing dead containers: {e}")),
+        Err(_) => return ActionReport::failed("listing dead containers: no answer"),
+    };
+    // The filter is the engine's; the state check is ours. Both must agree.
+    let candidates: Vec<_> = listed
+        .iter()
+        .filter(|c| c.state == Some(ContainerSummaryStateEnum::DEAD))
+        .collect();
+    if candidates.is_empty() {
+        return ActionReport::ok("no dead containers left to remove");
+    }
+
+    let mut removed = Vec::new();
+    let mut failed = Vec::new();
+    for c in candidates {
+        let r = container_ref(c);
+        let Some(id) = c.id.as_deref() else { continue };
+        let label = format!("{} ({})", r.name, r.id);
+        match tokio::time::timeout(timeout, docker.inspect_container(id, None)).await {
+            Ok(Ok(info)) => {
+                let state = info.state.as_ref().and_then(|s| s.status);
+                if state != Some(ContainerStateStatusEnum::DEAD) {
+                    tracing::info!(container = %label, ?state, "no longer dead; left alone");
+                    continue;
+                }
+            }
+            Ok(Err(e)) => {
+                failed.push(format!("{label}: inspect: {e}"));
+                continue;
+            }
+            Err(_) => {
+                failed.push(format!("{label}: inspect: no answer"));
+                continue;
+            }
+        }
+        let options = RemoveContainerOptions {
+            force: true,
+            v: false,
+            link: false,
+        };
+        match tokio::time::timeout(timeout, docker.remove_container(id, Some(options))).await {
+            Ok(Ok(())) => {
+                tracing::info!(container = %label, "removed dead container");
+                removed.push(label);
+            }
+            Ok(Err(e)) => failed.push(format!("{label}: {}", one_line(&e.to_string()))),
+            Err(_) => failed.push(format!("{label}: removal did not answer")),
+        }
+    }
+    let mut detail = format!("removed {}: {}", removed.len(), list_or_none(&removed));
+    if failed.is_empty() {
+        ActionReport::ok(detail)
+    } else {
+        detail.push_str(&format!("; failed {}: {}", failed.len(), failed.join("; ")));
+        ActionReport::failed(detail)
+    }
+}
+
+fn list_or_none(items: &[String]) -> String {
+    if items.is_empty() {
+        "none".to_owned()
+    } else {
+        items.join(", ")
+    }
+}
+
+fn one_line(s: &str) -> String {
+    s.split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .chars()
+        .take(300)
+        .collect()
+}

@@ -1,0 +1,117 @@
+//! `pleg-guard diagnose`: probe everything once, print each target and finding, act on
+//! nothing. Finishes within about `probe.timeout` + 1 s even when every target hangs.
+
+use std::process::ExitCode;
+use std::time::SystemTime;
+
+use crate::cli::DiagnoseArgs;
+use crate::config;
+use crate::diagnosis::{Diagnosis, Severity};
+use crate::probe::{Prober, systemd};
+use crate::report::journal;
+use crate::report::status_file::{Overall, Snapshot, SystemdStatus};
+use crate::report::table;
+use crate::systemd_version;
+
+/// Exit 0 healthy, 1 a problem found, 2 usage or configuration error.
+pub fn main(args: DiagnoseArgs) -> ExitCode {
+    journal::init_stderr(tracing::Level::WARN);
+    let config = match config::load(args.config.config.as_deref()) {
+        Ok(l) => l.config,
+        Err(e) => {
+            eprintln!("pleg-guard: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match super::runtime() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("pleg-guard: cannot start the async runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let snapshot = runtime.block_on(async {
+        let mut prober = Prober::new(&config);
+        let (round, package) = tokio::join!(
+            prober.round(),
+            systemd::package_version(config.probe.timeout)
+        );
+        let manager = round
+            .get(crate::target::Target::Systemd)
+            .and_then(|o| o.facts.systemd_version.clone());
+        let (build, verdict) = systemd_version::identify(
+            manager.as_deref(),
+            package.as_deref(),
+            &config.systemd.fixed_builds,
+        );
+        // One look: a single failed call counts.
+        let mut diagnosis = Diagnosis::new(1);
+        diagnosis.update(&round, Some(&verdict), SystemTime::now());
+        let problems: Vec<&str> = diagnosis
+            .findings()
+            .iter()
+            .filter(|f| f.severity == Severity::Problem)
+            .map(|f| f.id.name())
+            .collect();
+        let degraded = diagnosis.degraded();
+        let summary = if problems.is_empty() {
+            let bad: Vec<String> = round
+                .observations
+                .iter()
+                .filter(|o| o.state.is_failure())
+                .map(|o| format!("{} {}", o.target, o.state))
+                .collect();
+            if bad.is_empty() {
+                "no problem found".to_owned()
+            } else {
+                bad.join(", ")
+            }
+        } else {
+            problems.join(", ")
+        };
+        Snapshot {
+            pleg_guard_version: env!("CARGO_PKG_VERSION").to_owned(),
+            pid: None,
+            mode: config.mode,
+            healthy: !degraded,
+            state: if degraded {
+                Overall::Degraded
+            } else {
+                Overall::Healthy
+            },
+            summary,
+            updated_at: round.at,
+            interval_ms: u64::try_from(config.interval.as_millis()).unwrap_or(u64::MAX),
+            systemd: SystemdStatus {
+                version: build.map(|b| b.to_string()),
+                affected: verdict.is_affected(),
+                reason: verdict.reason().to_owned(),
+            },
+            targets: round
+                .observations
+                .iter()
+                .map(|o| (o.target.name().to_owned(), o.clone()))
+                .collect(),
+            findings: diagnosis.findings().to_vec(),
+            actions: Vec::new(),
+            budget: Default::default(),
+        }
+    });
+    runtime.shutdown_timeout(std::time::Duration::from_millis(100));
+    if args.json {
+        match serde_json::to_string_pretty(&snapshot) {
+            Ok(j) => println!("{j}"),
+            Err(e) => {
+                eprintln!("pleg-guard: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    } else {
+        print!("{}", table::render(&snapshot, false));
+    }
+    if snapshot.healthy {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}

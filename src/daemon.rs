@@ -1,0 +1,682 @@
+//! The daemon: a probe round every `interval`, diagnosis, the ladder, one action at a time,
+//! the settle check, and the reports — wired together, with signals and the watchdog.
+//!
+//! ```text
+//!            ┌──────── round (bounded by probe.timeout) ────────┐
+//!  tick ──▶  probe ─▶ diagnosis ─▶ settle check ─▶ ladder ─▶ act? ─▶ status.json, STATUS=
+//!                                                            │
+//!                       ledger (saved before and after) ◀────┘ action runs as a task;
+//!                                                              its end is another event
+//! ```
+//!
+//! The loop also wakes for the watchdog (`WATCHDOG=1` only from here, so a stuck loop is
+//! killed by systemd), SIGHUP (reload) and SIGTERM/SIGINT (stop at once, abandoning any call
+//! in flight; the ledger already holds a started action).
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime};
+
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, MissedTickBehavior};
+
+use crate::action::{self, ActionKind, ActionReport};
+use crate::config::{self, Config, Mode};
+use crate::diagnosis::{Diagnosis, FindingId, Transition};
+use crate::ladder::{self, Decision};
+use crate::ledger::{self, Ledger, LedgerFile, RunOutcome, Symptom};
+use crate::probe::{Prober, Round};
+use crate::report::event::EventKind;
+use crate::report::journal::{Event, emit};
+use crate::report::notify;
+use crate::report::status_file::{
+    self, ActionRecord, BudgetStatus, Overall, Snapshot, SystemdStatus,
+};
+use crate::systemd_version::{self, Verdict};
+use crate::target::Target;
+
+/// How many past action runs status.json lists.
+const RECENT_ACTIONS: usize = 10;
+
+/// An action running as a task.
+struct InFlight {
+    id: u64,
+    action: ActionKind,
+    aimed_at: Vec<FindingId>,
+    handle: JoinHandle<ActionReport>,
+}
+
+/// An action that ended well, waiting for its settle time.
+struct Settling {
+    id: u64,
+    action: ActionKind,
+    aimed_at: Vec<FindingId>,
+    until: Instant,
+}
+
+/// The daemon's state between rounds.
+pub struct Daemon {
+    config: Config,
+    config_path: Option<PathBuf>,
+    dry_run: bool,
+    prober: Prober,
+    diagnosis: Diagnosis,
+    ledger: Ledger,
+    ledger_file: LedgerFile,
+    started: Instant,
+    package_version: Option<String>,
+    systemd: SystemdStatus,
+    verdict: Option<Verdict>,
+    last_round: Option<Round>,
+    in_flight: Option<InFlight>,
+    settling: Option<Settling>,
+    /// The last suppressed/skipped note logged per action, so each is logged once.
+    notes: HashMap<ActionKind, String>,
+    /// The last decision text, for the status line.
+    next_step: Option<String>,
+}
+
+impl Daemon {
+    /// Set up from a loaded configuration; reads the ledger (logging a problem with it).
+    pub fn new(config: Config, config_path: Option<PathBuf>, dry_run: bool) -> Self {
+        let ledger_file = LedgerFile::new(&config.state_directory);
+        let loaded = ledger_file.load(SystemTime::now());
+        if let Some(problem) = &loaded.problem {
+            tracing::error!("action ledger: {problem}");
+        }
+        Daemon {
+            prober: Prober::new(&config),
+            diagnosis: Diagnosis::new(config.probe.unhealthy_after.get()),
+            ledger: loaded.ledger,
+            ledger_file,
+            started: Instant::now(),
+            package_version: None,
+            systemd: SystemdStatus::default(),
+            verdict: None,
+            last_round: None,
+            in_flight: None,
+            settling: None,
+            notes: HashMap::new(),
+            next_step: None,
+            config,
+            config_path,
+            dry_run,
+        }
+    }
+
+    fn mode(&self) -> Mode {
+        if self.dry_run {
+            Mode::Observe
+        } else {
+            self.config.mode
+        }
+    }
+
+    /// Run until SIGTERM/SIGINT. `Ok` on a clean stop.
+    pub async fn run(mut self) -> anyhow::Result<()> {
+        let mut sigterm = signal(SignalKind::terminate())?;
+        let mut sigint = signal(SignalKind::interrupt())?;
+        let mut sighup = signal(SignalKind::hangup())?;
+
+        if let Err(e) = std::fs::create_dir_all(&self.config.runtime_directory) {
+            tracing::warn!(
+                "cannot create {}: {e}; status.json will not be written",
+                self.config.runtime_directory.display()
+            );
+        }
+        self.package_version = self.prober.package_version().await;
+        tracing::info!(
+            mode = %self.mode(),
+            interval = %humantime::format_duration(self.config.interval),
+            "pleg-guard {} starting",
+            env!("CARGO_PKG_VERSION")
+        );
+
+        // The first round, then READY=1 (systemctl start returns once we have looked).
+        tokio::select! {
+            round = self.prober.round() => self.after_round(round).await,
+            _ = sigterm.recv() => return Ok(()),
+            _ = sigint.recv() => return Ok(()),
+        }
+        notify::ready(&self.status_line());
+
+        let mut ticker =
+            tokio::time::interval_at(Instant::now() + self.config.interval, self.config.interval);
+        ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let watchdog = notify::watchdog_period().map(|p| p / 3);
+        let mut watchdog_ticker =
+            tokio::time::interval(watchdog.unwrap_or(Duration::from_secs(3600)));
+
+        loop {
+            tokio::select! {
+                _ = sigterm.recv() => break,
+                _ = sigint.recv() => break,
+                _ = sighup.recv() => {
+                    if let Some(new_interval) = self.reload() {
+                        ticker = tokio::time::interval_at(Instant::now() + new_interval, new_interval);
+                        ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+                    }
+                }
+                _ = watchdog_ticker.tick(), if watchdog.is_some() => notify::watchdog(),
+                report = async { (&mut self.in_flight.as_mut().expect("guarded").handle).await }, if self.in_flight.is_some() => {
+                    let report = report.unwrap_or_else(|e| ActionReport::failed(format!("action task ended abnormally: {e}")));
+                    self.action_done(report).await;
+                }
+                _ = ticker.tick() => {
+                    tokio::select! {
+                        round = self.prober.round() => self.after_round(round).await,
+                        _ = sigterm.recv() => break,
+                        _ = sigint.recv() => break,
+                    }
+                }
+            }
+        }
+        notify::stopping();
+        tracing::info!("pleg-guard stopping");
+        Ok(())
+    }
+
+    /// Re-read the configuration. A bad one is logged and the old one kept. Returns the new
+    /// interval when it changed.
+    fn reload(&mut self) -> Option<Duration> {
+        notify::reloading();
+        let result = config::load(self.config_path.as_deref());
+        let changed = match result {
+            Err(e) => {
+                tracing::error!("reload: configuration not used, keeping the running one: {e}");
+                None
+            }
+            Ok(loaded) => {
+                let new = loaded.config;
+                let interval_changed =
+                    (new.interval != self.config.interval).then_some(new.interval);
+                if new.state_directory != self.config.state_directory {
+                    self.ledger_file = LedgerFile::new(&new.state_directory);
+                    let l = self.ledger_file.load(SystemTime::now());
+                    if let Some(p) = &l.problem {
+                        tracing::error!("action ledger: {p}");
+                    }
+                    self.ledger = l.ledger;
+                }
+                self.prober = Prober::new(&new);
+                self.diagnosis
+                    .set_unhealthy_after(new.probe.unhealthy_after.get());
+                self.config = new;
+                tracing::info!(mode = %self.mode(), "reload: new configuration takes effect at the next round");
+                interval_changed
+            }
+        };
+        notify::ready(&self.status_line());
+        changed
+    }
+
+    /// Everything that follows a probe round.
+    async fn after_round(&mut self, round: Round) {
+        let now = SystemTime::now();
+        self.refresh_systemd(&round);
+        let (transitions, new_findings) = self.diagnosis.update(&round, self.verdict.as_ref(), now);
+        for t in transitions {
+            let (kind, target) = match t {
+                Transition::Unhealthy(t) => (EventKind::TargetUnhealthy, t),
+                Transition::Recovered(t) => (EventKind::TargetRecovered, t),
+            };
+            let detail = round
+                .get(target)
+                .map(|o| format!("{} ({})", o.state, o.detail))
+                .unwrap_or_default();
+            let message = match kind {
+                EventKind::TargetUnhealthy => format!(
+                    "{target} unhealthy after {} failed rounds: {detail}",
+                    self.config.probe.unhealthy_after
+                ),
+                _ => format!("{target} recovered: {detail}"),
+            };
+            emit(&Event {
+                kind,
+                target: Some(target),
+                action: None,
+                finding: None,
+                message: &message,
+            });
+        }
+        for f in &new_findings {
+            let message = format!("{}: {}. Seen: {}", f.id, f.id.explanation(), f.detail);
+            emit(&Event {
+                kind: EventKind::Finding,
+                target: Some(f.target),
+                action: None,
+                finding: Some(f.id),
+                message: &message,
+            });
+        }
+        self.last_round = Some(round);
+        self.check_settled();
+        self.climb_ladder().await;
+        self.publish();
+    }
+
+    /// Keep the systemd version and verdict current (the version comes with each round).
+    fn refresh_systemd(&mut self, round: &Round) {
+        let manager = round
+            .get(Target::Systemd)
+            .and_then(|o| o.facts.systemd_version.clone());
+        if manager.is_none() && self.verdict.is_some() {
+            return; // PID 1 did not answer this round: keep what we knew.
+        }
+        let (build, verdict) = systemd_version::identify(
+            manager.as_deref(),
+            self.package_version.as_deref(),
+            &self.config.systemd.fixed_builds,
+        );
+        self.systemd = SystemdStatus {
+            version: build.map(|b| b.to_string()),
+            affected: verdict.is_affected(),
+            reason: verdict.reason().to_owned(),
+        };
+        self.verdict = Some(verdict);
+    }
+
+    /// After the settle time, tell whether the action's symptom cleared.
+    fn check_settled(&mut self) {
+        let Some(s) = &self.settling else { return };
+        if Instant::now() < s.until {
+            return;
+        }
+        let still: Vec<FindingId> = s
+            .aimed_at
+            .iter()
+            .copied()
+            .filter(|id| self.diagnosis.has(*id))
+            .collect();
+        let (kind, symptom, message) = if still.is_empty() {
+            (
+                EventKind::SymptomCleared,
+                Symptom::Cleared,
+                format!("{} cleared {}", s.action, join(&s.aimed_at)),
+            )
+        } else {
+            (
+                EventKind::SymptomPersisted,
+                Symptom::Persisted,
+                format!(
+                    "{} did not clear {}; the next tier may follow",
+                    s.action,
+                    join(&still)
+                ),
+            )
+        };
+        let finding = s.aimed_at.first().copied();
+        emit(&Event {
+            kind,
+            target: None,
+            action: Some(s.action),
+            finding,
+            message: &message,
+        });
+        self.ledger.record_symptom(s.id, symptom);
+        self.save_ledger();
+        self.settling = None;
+    }
+
+    /// Ask the ladder, log what it holds back, start what it chooses.
+    async fn climb_ladder(&mut self) {
+        let findings: Vec<FindingId> = self.diagnosis.findings().iter().map(|f| f.id).collect();
+        let in_grace = self.started.elapsed() < self.config.startup_grace;
+        let decisions = ladder::decide(&ladder::Context {
+            now: SystemTime::now(),
+            mode: self.mode(),
+            in_startup_grace: in_grace,
+            busy: self.in_flight.is_some() || self.settling.is_some(),
+            findings: &findings,
+            systemd_affected: self.systemd.affected,
+            actions: &self.config.actions,
+            ledger: &self.ledger,
+        });
+        // Forget notes about actions whose symptoms are gone, so a new episode logs again.
+        self.notes
+            .retain(|a, _| ladder::aims(*a).iter().any(|id| findings.contains(id)));
+        self.next_step = if in_grace
+            && findings
+                .iter()
+                .any(|f| f.severity() == crate::diagnosis::Severity::Problem)
+        {
+            Some("no action during startup grace".into())
+        } else {
+            None
+        };
+
+        for d in decisions {
+            match d {
+                Decision::Act { action, aimed_at } => self.start(action, aimed_at),
+                Decision::Suppressed {
+                    action,
+                    aimed_at,
+                    next_allowed_at,
+                } => {
+                    let when = humantime::format_rfc3339_seconds(next_allowed_at);
+                    let message = format!(
+                        "{action} held back by its rate limit (for {}); next run allowed at {when}",
+                        join(&aimed_at)
+                    );
+                    self.next_step = Some(format!("{action} suppressed until {when}"));
+                    self.note(EventKind::ActionSuppressed, action, &aimed_at, message);
+                }
+                Decision::Skipped {
+                    action,
+                    aimed_at,
+                    reason,
+                } => {
+                    let message = format!("{action} not run (for {}): {reason}", join(&aimed_at));
+                    self.next_step = Some(format!("{action} skipped: {reason}"));
+                    self.note(EventKind::ActionSkipped, action, &aimed_at, message);
+                }
+            }
+        }
+    }
+
+    /// Log a suppressed/skipped note once per episode.
+    fn note(
+        &mut self,
+        kind: EventKind,
+        action: ActionKind,
+        aimed_at: &[FindingId],
+        message: String,
+    ) {
+        if self.notes.get(&action) == Some(&message) {
+            return;
+        }
+        emit(&Event {
+            kind,
+            target: None,
+            action: Some(action),
+            finding: aimed_at.first().copied(),
+            message: &message,
+        });
+        self.notes.insert(action, message);
+    }
+
+    /// Record and start an action as a task.
+    fn start(&mut self, action: ActionKind, aimed_at: Vec<FindingId>) {
+        let id = self.ledger.record_start(action, SystemTime::now());
+        if let Err(e) = self.ledger_file.save(&self.ledger) {
+            // Without a durable record the rate limit could be lost: do not act.
+            self.ledger
+                .record_end(id, RunOutcome::Failed, "ledger could not be saved");
+            let message = format!("{action} not started: the ledger could not be saved: {e}");
+            emit(&Event {
+                kind: EventKind::ActionFailed,
+                target: None,
+                action: Some(action),
+                finding: aimed_at.first().copied(),
+                message: &message,
+            });
+            return;
+        }
+        let message = format!("{action} started for {}", join(&aimed_at));
+        emit(&Event {
+            kind: EventKind::ActionStarted,
+            target: None,
+            action: Some(action),
+            finding: aimed_at.first().copied(),
+            message: &message,
+        });
+        self.notes.remove(&action);
+
+        let timeout = self.config.probe.timeout;
+        let docker_socket = self.config.docker.socket.clone();
+        let private_socket = self.config.systemd.private_socket.clone();
+        let bus_socket = self.config.dbus.socket.clone();
+        let unit = self.config.kubelet.unit.clone();
+        let container = self.config.kubelet.container.clone();
+        let handle = tokio::spawn(async move {
+            match action {
+                ActionKind::PurgeDeadContainers => {
+                    action::purge_dead::run(&docker_socket, timeout).await
+                }
+                ActionKind::DaemonReexec => {
+                    action::reexec::run(&private_socket, &bus_socket, timeout).await
+                }
+                ActionKind::RestartKubelet => match container {
+                    Some(name) => {
+                        action::restart_kubelet::restart_container(&name, &docker_socket, timeout)
+                            .await
+                    }
+                    None => {
+                        action::restart_kubelet::restart_unit(
+                            &unit,
+                            &private_socket,
+                            &bus_socket,
+                            timeout,
+                        )
+                        .await
+                    }
+                },
+            }
+        });
+        self.in_flight = Some(InFlight {
+            id,
+            action,
+            aimed_at,
+            handle,
+        });
+        self.publish();
+    }
+
+    /// An action task ended.
+    async fn action_done(&mut self, report: ActionReport) {
+        let Some(f) = self.in_flight.take() else {
+            return;
+        };
+        let outcome = if report.succeeded {
+            RunOutcome::Succeeded
+        } else {
+            RunOutcome::Failed
+        };
+        self.ledger.record_end(f.id, outcome, &report.detail);
+        self.save_ledger();
+        let kind = if report.succeeded {
+            EventKind::ActionSucceeded
+        } else {
+            EventKind::ActionFailed
+        };
+        let message = format!(
+            "{} {}: {}",
+            f.action,
+            if report.succeeded {
+                "succeeded"
+            } else {
+                "failed"
+            },
+            report.detail
+        );
+        emit(&Event {
+            kind,
+            target: None,
+            action: Some(f.action),
+            finding: f.aimed_at.first().copied(),
+            message: &message,
+        });
+        if report.succeeded {
+            match f.action {
+                ActionKind::RestartKubelet => {
+                    self.prober.ignore_kubelet_logs_before(SystemTime::now())
+                }
+                ActionKind::DaemonReexec => {
+                    self.package_version = self.prober.package_version().await
+                }
+                ActionKind::PurgeDeadContainers => {}
+            }
+            let settle = f.action.config(&self.config.actions).settle;
+            self.settling = Some(Settling {
+                id: f.id,
+                action: f.action,
+                aimed_at: f.aimed_at,
+                until: Instant::now() + settle,
+            });
+        }
+        self.publish();
+    }
+
+    fn save_ledger(&mut self) {
+        self.ledger.prune(
+            SystemTime::now(),
+            ledger::DAY + Duration::from_secs(24 * 3600),
+        );
+        if let Err(e) = self.ledger_file.save(&self.ledger) {
+            tracing::error!("action ledger: {e}");
+        }
+    }
+
+    /// The overall state.
+    fn overall(&self) -> Overall {
+        if self.in_flight.is_some() || self.settling.is_some() {
+            Overall::Repairing
+        } else if self.diagnosis.degraded() {
+            Overall::Degraded
+        } else {
+            Overall::Healthy
+        }
+    }
+
+    /// The `STATUS=` line: the state word, then a summary readable at a glance.
+    fn status_line(&self) -> String {
+        let overall = self.overall();
+        let mut parts = Vec::new();
+        if let Some(f) = &self.in_flight {
+            parts.push(format!("{} running", f.action));
+        } else if let Some(s) = &self.settling {
+            parts.push(format!(
+                "{} done, checking in {}s",
+                s.action,
+                s.until.saturating_duration_since(Instant::now()).as_secs()
+            ));
+        }
+        let problems: Vec<&str> = self
+            .diagnosis
+            .findings()
+            .iter()
+            .filter(|f| f.severity == crate::diagnosis::Severity::Problem)
+            .map(|f| f.id.name())
+            .collect();
+        if !problems.is_empty() {
+            parts.push(problems.join(", "));
+        }
+        if let Some(round) = &self.last_round {
+            let bad: Vec<String> = round
+                .observations
+                .iter()
+                .filter(|o| o.state.is_failure())
+                .map(|o| format!("{} {}", o.target, o.state))
+                .collect();
+            if problems.is_empty() && !bad.is_empty() {
+                parts.push(bad.join(", "));
+            }
+            if parts.is_empty() {
+                let ok = round
+                    .observations
+                    .iter()
+                    .filter(|o| {
+                        !o.state.is_failure() && o.state != crate::target::TargetState::Absent
+                    })
+                    .count();
+                let absent = round
+                    .observations
+                    .iter()
+                    .filter(|o| o.state == crate::target::TargetState::Absent)
+                    .count();
+                parts.push(format!("{ok} targets ok, {absent} absent"));
+            }
+        }
+        if let Some(next) = &self.next_step {
+            parts.push(next.clone());
+        }
+        if self.systemd.affected && self.systemd.version.is_some() {
+            parts.push(format!(
+                "systemd {} affected by the bus bug",
+                self.systemd.version.as_deref().unwrap_or("?")
+            ));
+        }
+        if self.mode() == Mode::Observe {
+            parts.push("observe mode".into());
+        }
+        format!("{}: {}", overall.name(), parts.join("; "))
+    }
+
+    /// Write status.json and the STATUS= line.
+    fn publish(&self) {
+        let line = self.status_line();
+        notify::status(&line);
+        let snapshot = self.snapshot(line);
+        if let Err(e) = status_file::write(&self.config.runtime_directory, &snapshot) {
+            tracing::debug!("status.json: {e}");
+        }
+    }
+
+    fn snapshot(&self, summary: String) -> Snapshot {
+        let now = SystemTime::now();
+        let overall = self.overall();
+        let summary = summary
+            .split_once(": ")
+            .map_or(summary.clone(), |(_, s)| s.to_owned());
+        let targets = self
+            .last_round
+            .as_ref()
+            .map(|r| {
+                r.observations
+                    .iter()
+                    .map(|o| (o.target.name().to_owned(), o.clone()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let entries = self.ledger.entries();
+        let actions = entries[entries.len().saturating_sub(RECENT_ACTIONS)..]
+            .iter()
+            .map(|e| ActionRecord {
+                action: e.action.name().to_owned(),
+                at: e.at,
+                outcome: serde_json::to_value(e.outcome)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default(),
+                symptom: e.symptom.map(|s| match s {
+                    Symptom::Cleared => "cleared".to_owned(),
+                    Symptom::Persisted => "persisted".to_owned(),
+                }),
+                detail: e.detail.clone(),
+            })
+            .collect();
+        let budget = ActionKind::ALL
+            .iter()
+            .map(|a| {
+                let cfg = a.config(&self.config.actions);
+                (
+                    a.name().to_owned(),
+                    BudgetStatus {
+                        enabled: cfg.enabled,
+                        budget: self.ledger.budget(*a, cfg, now),
+                    },
+                )
+            })
+            .collect();
+        Snapshot {
+            pleg_guard_version: env!("CARGO_PKG_VERSION").to_owned(),
+            pid: Some(std::process::id()),
+            mode: self.mode(),
+            healthy: overall == Overall::Healthy,
+            state: overall,
+            summary,
+            updated_at: now,
+            interval_ms: u64::try_from(self.config.interval.as_millis()).unwrap_or(u64::MAX),
+            systemd: self.systemd.clone(),
+            targets,
+            findings: self.diagnosis.findings().to_vec(),
+            actions,
+            budget,
+        }
+    }
+}
+
+fn join(ids: &[FindingId]) -> String {
+    ids.iter().map(|i| i.name()).collect::<Vec<_>>().join(", ")
+}

@@ -1,0 +1,550 @@
+//! Diagnosis: probe rounds over time → target health → findings. Pure: no I/O, no clock of
+//! its own (every call is given `now`), so it is tested with made-up rounds.
+//!
+//! A target becomes *unhealthy* after `probe.unhealthy_after` consecutive failed rounds and
+//! *recovers* after one good round. Findings are read off the unhealthy targets and the
+//! latest round; each keeps the time it was first seen (`since`) while it persists.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::SystemTime;
+
+use serde::{Deserialize, Serialize};
+
+use crate::probe::Round;
+use crate::systemd_version::Verdict;
+use crate::target::{Observation, Target, TargetState};
+
+/// A diagnosis pleg-guard can make. The ids are part of the journal interface
+/// (`PLEG_GUARD_FINDING`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FindingId {
+    /// The D-Bus system bus daemon does not answer. Nothing local cures it safely.
+    BusUnresponsive,
+    /// The systemd bus bug: the bus answers, PID 1 on the bus does not, PID 1 on its private
+    /// socket does. Cure: `daemon-reexec`.
+    SystemdBusWedge,
+    /// PID 1 answers neither on the bus nor on its private socket.
+    SystemdUnresponsive,
+    /// logind does not answer while the bus does (ssh logins hang). Cure: `daemon-reexec`.
+    LogindUnresponsive,
+    /// The docker API does not answer (`docker ps` hangs): PLEG's relist hangs with it.
+    DockerUnresponsive,
+    /// Containers in state `dead` are present. Cure: `purge-dead-containers`.
+    DeadContainers,
+    /// kubelet logs `PLEG is not healthy`, or its healthz fails. Cure, last: `restart-kubelet`.
+    KubeletPlegUnhealthy,
+    /// The running systemd carries the bus bug (a standing warning: upgrade it).
+    SystemdAffected,
+}
+
+impl FindingId {
+    /// Every finding, in report order.
+    #[cfg(test)]
+    pub const ALL: [FindingId; 8] = [
+        FindingId::BusUnresponsive,
+        FindingId::SystemdBusWedge,
+        FindingId::SystemdUnresponsive,
+        FindingId::LogindUnresponsive,
+        FindingId::DockerUnresponsive,
+        FindingId::DeadContainers,
+        FindingId::KubeletPlegUnhealthy,
+        FindingId::SystemdAffected,
+    ];
+
+    /// The kebab-case id.
+    pub fn name(self) -> &'static str {
+        match self {
+            FindingId::BusUnresponsive => "bus-unresponsive",
+            FindingId::SystemdBusWedge => "systemd-bus-wedge",
+            FindingId::SystemdUnresponsive => "systemd-unresponsive",
+            FindingId::LogindUnresponsive => "logind-unresponsive",
+            FindingId::DockerUnresponsive => "docker-unresponsive",
+            FindingId::DeadContainers => "dead-containers",
+            FindingId::KubeletPlegUnhealthy => "kubelet-pleg-unhealthy",
+            FindingId::SystemdAffected => "systemd-affected",
+        }
+    }
+
+    /// Whether the finding makes the node degraded (a warning does not).
+    pub fn severity(self) -> Severity {
+        match self {
+            FindingId::SystemdAffected => Severity::Warning,
+            _ => Severity::Problem,
+        }
+    }
+
+    /// One line on what the finding means.
+    pub fn explanation(self) -> &'static str {
+        match self {
+            FindingId::BusUnresponsive => {
+                "the D-Bus system bus daemon does not answer; everything that talks to the bus hangs"
+            }
+            FindingId::SystemdBusWedge => {
+                "PID 1 answers on its private socket but not on the system bus: the systemd bus bug (systemd#11809); runc/dockerd calls to systemd hang, PLEG stalls"
+            }
+            FindingId::SystemdUnresponsive => {
+                "PID 1 answers neither on the bus nor on /run/systemd/private"
+            }
+            FindingId::LogindUnresponsive => {
+                "systemd-logind does not answer while the bus does; ssh logins stall at `pledge: network`"
+            }
+            FindingId::DockerUnresponsive => {
+                "the docker API does not answer (`docker ps` hangs); kubelet's PLEG relist hangs with it"
+            }
+            FindingId::DeadContainers => {
+                "containers in state `dead` (failed removals, often pause containers) stall the runtime and PLEG"
+            }
+            FindingId::KubeletPlegUnhealthy => {
+                "kubelet reports `PLEG is not healthy` (or its healthz fails); after 3m the node goes NotReady"
+            }
+            FindingId::SystemdAffected => {
+                "this systemd build carries the bus bug (systemd#11809, fixed in 242)"
+            }
+        }
+    }
+
+    /// What a person would do by hand.
+    pub fn remedy(self) -> &'static str {
+        match self {
+            FindingId::BusUnresponsive => {
+                "check dbus-daemon (`systemctl status dbus`); a bus restart is disruptive: plan a reboot"
+            }
+            FindingId::SystemdBusWedge => {
+                "`systemctl daemon-reexec` now; upgrade systemd (>= 242, or RHEL 7 >= 219-62.el7_6.8) for good"
+            }
+            FindingId::SystemdUnresponsive => {
+                "PID 1 is stuck: collect `/proc/1/stack`, plan a reboot"
+            }
+            FindingId::LogindUnresponsive => {
+                "`systemctl daemon-reexec`; if that does not help, `systemctl restart systemd-logind`"
+            }
+            FindingId::DockerUnresponsive => {
+                "check dockerd/containerd (`journalctl -u docker`); look for the systemd bus wedge first"
+            }
+            FindingId::DeadContainers => "`docker rm -f $(docker ps -aq --filter status=dead)`",
+            FindingId::KubeletPlegUnhealthy => {
+                "cure the runtime first (dead containers, docker, systemd); then `systemctl restart kubelet`"
+            }
+            FindingId::SystemdAffected => {
+                "upgrade systemd to 242 or later (RHEL 7: 219-62.el7_6.8 / 219-65 or later) and reboot"
+            }
+        }
+    }
+}
+
+impl fmt::Display for FindingId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// How much a finding matters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Severity {
+    /// The node is degraded.
+    Problem,
+    /// A standing risk; the node works.
+    Warning,
+}
+
+/// One finding as reported.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Finding {
+    /// Which diagnosis.
+    pub id: FindingId,
+    /// When it was first seen in this episode.
+    #[serde(with = "crate::report::time_format")]
+    pub since: SystemTime,
+    /// Problem or warning.
+    pub severity: Severity,
+    /// What was observed, specifically.
+    pub detail: String,
+    /// The target it is about.
+    pub target: Target,
+}
+
+/// One target's health over rounds.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TargetHealth {
+    /// Consecutive failed rounds up to now.
+    pub failures: u32,
+    /// Whether the target is unhealthy (failures reached the threshold).
+    pub unhealthy: bool,
+}
+
+/// A change of a target's health, to be logged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Transition {
+    /// The target failed `unhealthy_after` rounds in a row.
+    Unhealthy(Target),
+    /// The target answered well after being unhealthy.
+    Recovered(Target),
+}
+
+/// Health of every target, and the findings, carried from round to round.
+#[derive(Debug, Clone)]
+pub struct Diagnosis {
+    unhealthy_after: u32,
+    health: BTreeMap<Target, TargetHealth>,
+    findings: Vec<Finding>,
+}
+
+impl Diagnosis {
+    /// A fresh diagnosis; `unhealthy_after` of 1 makes a single failed round count.
+    pub fn new(unhealthy_after: u32) -> Self {
+        Diagnosis {
+            unhealthy_after: unhealthy_after.max(1),
+            health: Target::ALL
+                .iter()
+                .map(|t| (*t, TargetHealth::default()))
+                .collect(),
+            findings: Vec::new(),
+        }
+    }
+
+    /// Change the threshold (after a configuration reload); counts carry over.
+    pub fn set_unhealthy_after(&mut self, n: u32) {
+        self.unhealthy_after = n.max(1);
+    }
+
+    /// The current findings.
+    pub fn findings(&self) -> &[Finding] {
+        &self.findings
+    }
+
+    /// Whether a target is currently unhealthy.
+    pub fn is_unhealthy(&self, target: Target) -> bool {
+        self.health.get(&target).is_some_and(|h| h.unhealthy)
+    }
+
+    /// Whether a finding is currently present.
+    pub fn has(&self, id: FindingId) -> bool {
+        self.findings.iter().any(|f| f.id == id)
+    }
+
+    /// Whether any finding makes the node degraded.
+    pub fn degraded(&self) -> bool {
+        self.findings
+            .iter()
+            .any(|f| f.severity == Severity::Problem)
+            || self.health.values().any(|h| h.unhealthy)
+    }
+
+    /// Take in one round: update health, recompute findings. Returns the health transitions
+    /// and the findings that are new in this round.
+    pub fn update(
+        &mut self,
+        round: &Round,
+        verdict: Option<&Verdict>,
+        now: SystemTime,
+    ) -> (Vec<Transition>, Vec<Finding>) {
+        let mut transitions = Vec::new();
+        for obs in &round.observations {
+            let h = self.health.entry(obs.target).or_default();
+            if obs.state.is_failure() {
+                h.failures = h.failures.saturating_add(1);
+                if !h.unhealthy && h.failures >= self.unhealthy_after {
+                    h.unhealthy = true;
+                    transitions.push(Transition::Unhealthy(obs.target));
+                }
+            } else {
+                h.failures = 0;
+                if h.unhealthy {
+                    h.unhealthy = false;
+                    transitions.push(Transition::Recovered(obs.target));
+                }
+            }
+        }
+
+        let current = self.read_findings(round, verdict);
+        let mut next = Vec::new();
+        let mut new = Vec::new();
+        for (id, target, detail) in current {
+            let since = self.findings.iter().find(|f| f.id == id).map(|f| f.since);
+            let finding = Finding {
+                id,
+                since: since.unwrap_or(now),
+                severity: id.severity(),
+                detail,
+                target,
+            };
+            if since.is_none() {
+                new.push(finding.clone());
+            }
+            next.push(finding);
+        }
+        self.findings = next;
+        (transitions, new)
+    }
+
+    /// The findings the latest round and the health support.
+    fn read_findings(
+        &self,
+        round: &Round,
+        verdict: Option<&Verdict>,
+    ) -> Vec<(FindingId, Target, String)> {
+        let mut out = Vec::new();
+        let obs = |t: Target| round.get(t);
+        let bad = |t: Target| self.is_unhealthy(t);
+        let detail = |t: Target| obs(t).map(|o| o.detail.clone()).unwrap_or_default();
+
+        if bad(Target::Dbus) {
+            out.push((
+                FindingId::BusUnresponsive,
+                Target::Dbus,
+                detail(Target::Dbus),
+            ));
+        } else {
+            if bad(Target::Systemd) {
+                let private_ok = obs(Target::Systemd)
+                    .and_then(|o| o.facts.private.as_ref())
+                    .is_some_and(|p| !p.state.is_failure());
+                let id = if private_ok {
+                    FindingId::SystemdBusWedge
+                } else {
+                    FindingId::SystemdUnresponsive
+                };
+                out.push((id, Target::Systemd, detail(Target::Systemd)));
+            }
+            if bad(Target::Logind) {
+                out.push((
+                    FindingId::LogindUnresponsive,
+                    Target::Logind,
+                    detail(Target::Logind),
+                ));
+            }
+        }
+        if bad(Target::Docker) {
+            out.push((
+                FindingId::DockerUnresponsive,
+                Target::Docker,
+                detail(Target::Docker),
+            ));
+        }
+        if let Some(o) = obs(Target::Docker).filter(|o| !o.facts.dead_containers.is_empty()) {
+            out.push((FindingId::DeadContainers, Target::Docker, dead_detail(o)));
+        }
+        if bad(Target::Kubelet) {
+            out.push((
+                FindingId::KubeletPlegUnhealthy,
+                Target::Kubelet,
+                detail(Target::Kubelet),
+            ));
+        }
+        if let Some(Verdict::Affected { reason }) = verdict {
+            let present = obs(Target::Systemd).is_some_and(|o| o.state != TargetState::Absent);
+            if present {
+                out.push((FindingId::SystemdAffected, Target::Systemd, reason.clone()));
+            }
+        }
+        out
+    }
+}
+
+fn dead_detail(o: &Observation) -> String {
+    let list: Vec<String> = o
+        .facts
+        .dead_containers
+        .iter()
+        .map(|c| format!("{} ({})", c.name, c.id))
+        .collect();
+    format!("{} dead: {}", list.len(), list.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::target::{ContainerRef, Facts, PathResult};
+
+    fn t(s: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000 + s)
+    }
+
+    fn obs(target: Target, state: TargetState) -> Observation {
+        Observation {
+            target,
+            state,
+            latency: Duration::from_millis(2),
+            detail: format!("{target} {state}"),
+            facts: Facts::default(),
+        }
+    }
+
+    fn path(state: TargetState) -> Option<PathResult> {
+        Some(PathResult {
+            state,
+            latency: Duration::from_millis(1),
+            detail: String::new(),
+        })
+    }
+
+    /// A round where everything is ok except the given overrides.
+    fn round(at: u64, overrides: Vec<Observation>) -> Round {
+        let observations = Target::ALL
+            .iter()
+            .map(|t| {
+                overrides
+                    .iter()
+                    .find(|o| o.target == *t)
+                    .cloned()
+                    .unwrap_or_else(|| obs(*t, TargetState::Ok))
+            })
+            .collect();
+        Round {
+            at: t(at),
+            observations,
+        }
+    }
+
+    fn ids(d: &Diagnosis) -> Vec<FindingId> {
+        d.findings().iter().map(|f| f.id).collect()
+    }
+
+    fn wedge() -> Observation {
+        let mut o = obs(Target::Systemd, TargetState::Unresponsive);
+        o.facts.bus = path(TargetState::Unresponsive);
+        o.facts.private = path(TargetState::Ok);
+        o
+    }
+
+    #[test]
+    fn unhealthy_after_n_rounds_and_recovered_after_one() {
+        let mut d = Diagnosis::new(3);
+        let bad = || round(0, vec![obs(Target::Logind, TargetState::Unresponsive)]);
+        assert!(d.update(&bad(), None, t(0)).0.is_empty());
+        assert!(d.update(&bad(), None, t(10)).0.is_empty());
+        let (tr, new) = d.update(&bad(), None, t(20));
+        assert_eq!(tr, vec![Transition::Unhealthy(Target::Logind)]);
+        assert_eq!(new.len(), 1);
+        assert_eq!(new[0].id, FindingId::LogindUnresponsive);
+        assert_eq!(new[0].since, t(20));
+        // persists: since stays, not new again
+        let (tr, new) = d.update(&bad(), None, t(30));
+        assert!(tr.is_empty() && new.is_empty());
+        assert_eq!(d.findings()[0].since, t(20));
+        assert!(d.degraded());
+        let (tr, _) = d.update(&round(40, vec![]), None, t(40));
+        assert_eq!(tr, vec![Transition::Recovered(Target::Logind)]);
+        assert!(ids(&d).is_empty());
+        assert!(!d.degraded());
+    }
+
+    #[test]
+    fn a_good_round_resets_the_count() {
+        let mut d = Diagnosis::new(2);
+        let bad = round(0, vec![obs(Target::Docker, TargetState::Unresponsive)]);
+        d.update(&bad, None, t(0));
+        d.update(&round(1, vec![]), None, t(1));
+        let (tr, _) = d.update(&bad, None, t(2));
+        assert!(tr.is_empty());
+        let (tr, _) = d.update(&bad, None, t(3));
+        assert_eq!(tr, vec![Transition::Unhealthy(Target::Docker)]);
+        assert_eq!(ids(&d), vec![FindingId::DockerUnresponsive]);
+    }
+
+    #[test]
+    fn slow_and_absent_are_not_failures() {
+        let mut d = Diagnosis::new(1);
+        d.update(
+            &round(
+                0,
+                vec![
+                    obs(Target::Docker, TargetState::Slow),
+                    obs(Target::Kubelet, TargetState::Absent),
+                ],
+            ),
+            None,
+            t(0),
+        );
+        assert!(ids(&d).is_empty());
+        assert!(!d.degraded());
+    }
+
+    #[test]
+    fn bus_bug_signature_is_a_wedge() {
+        let mut d = Diagnosis::new(1);
+        d.update(&round(0, vec![wedge()]), None, t(0));
+        assert_eq!(ids(&d), vec![FindingId::SystemdBusWedge]);
+    }
+
+    #[test]
+    fn pid1_silent_on_both_paths_is_not_a_wedge() {
+        let mut d = Diagnosis::new(1);
+        let mut o = wedge();
+        o.facts.private = path(TargetState::Unresponsive);
+        d.update(&round(0, vec![o]), None, t(0));
+        assert_eq!(ids(&d), vec![FindingId::SystemdUnresponsive]);
+    }
+
+    #[test]
+    fn a_dead_bus_explains_everything_behind_it() {
+        let mut d = Diagnosis::new(1);
+        d.update(
+            &round(
+                0,
+                vec![
+                    obs(Target::Dbus, TargetState::Unresponsive),
+                    wedge(),
+                    obs(Target::Logind, TargetState::Error),
+                ],
+            ),
+            None,
+            t(0),
+        );
+        assert_eq!(ids(&d), vec![FindingId::BusUnresponsive]);
+    }
+
+    #[test]
+    fn dead_containers_are_found_at_once_and_named() {
+        let mut d = Diagnosis::new(3);
+        let mut o = obs(Target::Docker, TargetState::Ok);
+        o.facts.dead_containers = vec![ContainerRef {
+            id: "3780e5f912ab".into(),
+            name: "k8s_POD_pangu".into(),
+        }];
+        let (_, new) = d.update(&round(0, vec![o]), None, t(0));
+        assert_eq!(new[0].id, FindingId::DeadContainers);
+        assert_eq!(new[0].detail, "1 dead: k8s_POD_pangu (3780e5f912ab)");
+    }
+
+    #[test]
+    fn kubelet_pleg_and_affected_warning() {
+        let mut d = Diagnosis::new(1);
+        let affected = Verdict::Affected {
+            reason: "systemd 219 predates the fix".into(),
+        };
+        d.update(
+            &round(0, vec![obs(Target::Kubelet, TargetState::Error)]),
+            Some(&affected),
+            t(0),
+        );
+        assert_eq!(
+            ids(&d),
+            vec![FindingId::KubeletPlegUnhealthy, FindingId::SystemdAffected]
+        );
+        // the warning alone does not degrade the node
+        d.update(&round(1, vec![]), Some(&affected), t(1));
+        assert_eq!(ids(&d), vec![FindingId::SystemdAffected]);
+        assert!(!d.degraded());
+    }
+
+    #[test]
+    fn finding_ids_are_kebab_case_and_unique() {
+        let mut names: Vec<&str> = FindingId::ALL.iter().map(|f| f.name()).collect();
+        for n in &names {
+            assert!(n.chars().all(|c| c.is_ascii_lowercase() || c == '-'), "{n}");
+            let json =
+                serde_json::to_string(&FindingId::ALL[names.iter().position(|x| x == n).unwrap()])
+                    .unwrap();
+            assert_eq!(json, format!("\"{n}\""));
+        }
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), FindingId::ALL.len());
+    }
+}

@@ -1,0 +1,343 @@
+//! The repair ladder: findings + ledger + configuration → what to do now. Pure.
+//!
+//! Tiers, lowest first: `purge-dead-containers` (dead containers), `daemon-reexec` (the
+//! systemd bus wedge, or logind hung while the bus answers), `restart-kubelet` (PLEG still
+//! unhealthy once the runtime answers). At most one action runs at a time, and none while an
+//! earlier one is settling: the next tier is reached only after the lower one had its chance
+//! and the symptom persisted (or its budget is spent, or it is disabled).
+
+use std::time::SystemTime;
+
+use crate::action::ActionKind;
+use crate::config::{ActionsConfig, Mode, ReexecWhen};
+use crate::diagnosis::FindingId;
+use crate::ledger::Ledger;
+
+/// Everything the ladder looks at.
+#[derive(Debug, Clone)]
+pub struct Context<'a> {
+    /// Now.
+    pub now: SystemTime,
+    /// `repair` or `observe` (or `--dry-run`).
+    pub mode: Mode,
+    /// Still within `startup_grace` of the daemon's start.
+    pub in_startup_grace: bool,
+    /// An action is running or settling.
+    pub busy: bool,
+    /// The current findings.
+    pub findings: &'a [FindingId],
+    /// The version policy says this systemd carries the bus bug.
+    pub systemd_affected: bool,
+    /// `[actions.*]`.
+    pub actions: &'a ActionsConfig,
+    /// The ledger.
+    pub ledger: &'a Ledger,
+}
+
+/// One decision about one action.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Run it now.
+    Act {
+        /// Which.
+        action: ActionKind,
+        /// The findings it is meant to clear.
+        aimed_at: Vec<FindingId>,
+    },
+    /// A rate limit holds it back.
+    Suppressed {
+        /// Which.
+        action: ActionKind,
+        /// The findings it would have aimed at.
+        aimed_at: Vec<FindingId>,
+        /// When the next run is allowed.
+        next_allowed_at: SystemTime,
+    },
+    /// Not run: observe mode, disabled, or not applicable; the reason says which.
+    Skipped {
+        /// Which.
+        action: ActionKind,
+        /// The findings it would have aimed at.
+        aimed_at: Vec<FindingId>,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Findings that mean the runtime's own dependencies are broken: restarting kubelet cannot
+/// help while any of them stands.
+const RUNTIME_BROKEN: [FindingId; 5] = [
+    FindingId::BusUnresponsive,
+    FindingId::SystemdBusWedge,
+    FindingId::SystemdUnresponsive,
+    FindingId::LogindUnresponsive,
+    FindingId::DockerUnresponsive,
+];
+
+/// Decide, lowest tier first. At most one `Act`, and it is the last decision.
+pub fn decide(ctx: &Context<'_>) -> Vec<Decision> {
+    if ctx.busy || ctx.in_startup_grace {
+        return Vec::new();
+    }
+    let has = |id: FindingId| ctx.findings.contains(&id);
+    let mut out = Vec::new();
+
+    for action in ActionKind::ALL {
+        let aimed_at: Vec<FindingId> = aims(action).iter().copied().filter(|id| has(*id)).collect();
+        if aimed_at.is_empty() {
+            continue;
+        }
+        let skip = |reason: String| Decision::Skipped {
+            action,
+            aimed_at: aimed_at.clone(),
+            reason,
+        };
+        let cfg = action.config(ctx.actions);
+        if !cfg.enabled {
+            out.push(skip("disabled in config".into()));
+            continue;
+        }
+        match action {
+            ActionKind::DaemonReexec
+                if ctx.actions.daemon_reexec_when == ReexecWhen::Affected
+                    && !ctx.systemd_affected =>
+            {
+                out.push(skip(
+                    "this systemd is not affected by the bus bug (when = \"affected\")".into(),
+                ));
+                continue;
+            }
+            ActionKind::RestartKubelet => {
+                if let Some(blocker) = RUNTIME_BROKEN.iter().find(|id| has(**id)) {
+                    out.push(skip(format!(
+                        "waits until the runtime answers ({blocker} stands); a kubelet restart would not help"
+                    )));
+                    break;
+                }
+            }
+            _ => {}
+        }
+        if let Err(next_allowed_at) = ctx.ledger.check(action, cfg, ctx.now) {
+            out.push(Decision::Suppressed {
+                action,
+                aimed_at,
+                next_allowed_at,
+            });
+            continue;
+        }
+        if ctx.mode == Mode::Observe {
+            out.push(skip("observe mode: would run now".into()));
+            break;
+        }
+        out.push(Decision::Act { action, aimed_at });
+        break;
+    }
+    out
+}
+
+/// The findings each action cures.
+pub fn aims(action: ActionKind) -> &'static [FindingId] {
+    match action {
+        ActionKind::PurgeDeadContainers => &[FindingId::DeadContainers],
+        ActionKind::DaemonReexec => &[FindingId::SystemdBusWedge, FindingId::LogindUnresponsive],
+        ActionKind::RestartKubelet => &[FindingId::KubeletPlegUnhealthy],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::config::Config;
+
+    fn t(s: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000 + s)
+    }
+
+    struct Case {
+        config: Config,
+        ledger: Ledger,
+        affected: bool,
+        busy: bool,
+        grace: bool,
+    }
+
+    impl Case {
+        fn new() -> Self {
+            Case {
+                config: Config::default(),
+                ledger: Ledger::default(),
+                affected: true,
+                busy: false,
+                grace: false,
+            }
+        }
+
+        fn decide(&self, findings: &[FindingId]) -> Vec<Decision> {
+            decide(&Context {
+                now: t(0),
+                mode: self.config.mode,
+                in_startup_grace: self.grace,
+                busy: self.busy,
+                findings,
+                systemd_affected: self.affected,
+                actions: &self.config.actions,
+                ledger: &self.ledger,
+            })
+        }
+    }
+
+    fn act(action: ActionKind, aimed_at: &[FindingId]) -> Decision {
+        Decision::Act {
+            action,
+            aimed_at: aimed_at.to_vec(),
+        }
+    }
+
+    use FindingId::*;
+
+    #[test]
+    fn nothing_to_do_on_a_healthy_node() {
+        assert!(Case::new().decide(&[]).is_empty());
+        assert!(Case::new().decide(&[SystemdAffected]).is_empty());
+    }
+
+    #[test]
+    fn lowest_tier_first_one_at_a_time() {
+        let c = Case::new();
+        assert_eq!(
+            c.decide(&[DeadContainers, SystemdBusWedge, KubeletPlegUnhealthy]),
+            vec![act(ActionKind::PurgeDeadContainers, &[DeadContainers])]
+        );
+        assert_eq!(
+            c.decide(&[SystemdBusWedge, LogindUnresponsive, KubeletPlegUnhealthy]),
+            vec![act(
+                ActionKind::DaemonReexec,
+                &[SystemdBusWedge, LogindUnresponsive]
+            )]
+        );
+        assert_eq!(
+            c.decide(&[KubeletPlegUnhealthy]),
+            vec![act(ActionKind::RestartKubelet, &[KubeletPlegUnhealthy])]
+        );
+    }
+
+    #[test]
+    fn nothing_while_busy_or_in_grace() {
+        let mut c = Case::new();
+        c.busy = true;
+        assert!(c.decide(&[DeadContainers]).is_empty());
+        c.busy = false;
+        c.grace = true;
+        assert!(c.decide(&[DeadContainers]).is_empty());
+    }
+
+    #[test]
+    fn bus_unresponsive_gets_no_reexec() {
+        let c = Case::new();
+        assert!(c.decide(&[BusUnresponsive]).is_empty());
+        // and no kubelet restart either
+        let d = c.decide(&[BusUnresponsive, KubeletPlegUnhealthy]);
+        assert!(
+            matches!(
+                &d[..],
+                [Decision::Skipped {
+                    action: ActionKind::RestartKubelet,
+                    ..
+                }]
+            ),
+            "{d:?}"
+        );
+    }
+
+    #[test]
+    fn reexec_only_when_affected_unless_always() {
+        let mut c = Case::new();
+        c.affected = false;
+        let d = c.decide(&[SystemdBusWedge]);
+        assert!(
+            matches!(&d[..], [Decision::Skipped { action: ActionKind::DaemonReexec, reason, .. }] if reason.contains("not affected")),
+            "{d:?}"
+        );
+        c.config.actions.daemon_reexec_when = ReexecWhen::Always;
+        assert_eq!(
+            c.decide(&[SystemdBusWedge]),
+            vec![act(ActionKind::DaemonReexec, &[SystemdBusWedge])]
+        );
+    }
+
+    #[test]
+    fn kubelet_restart_waits_for_the_runtime() {
+        let c = Case::new();
+        let d = c.decide(&[DockerUnresponsive, KubeletPlegUnhealthy]);
+        assert!(
+            matches!(&d[..], [Decision::Skipped { action: ActionKind::RestartKubelet, reason, .. }] if reason.contains("docker-unresponsive")),
+            "{d:?}"
+        );
+    }
+
+    #[test]
+    fn suppressed_lower_tier_lets_the_next_tier_have_its_turn() {
+        let mut c = Case::new();
+        c.ledger.record_start(
+            ActionKind::PurgeDeadContainers,
+            t(0) - Duration::from_secs(10),
+        );
+        let d = c.decide(&[DeadContainers, KubeletPlegUnhealthy]);
+        assert_eq!(d.len(), 2, "{d:?}");
+        assert!(
+            matches!(&d[0], Decision::Suppressed { action: ActionKind::PurgeDeadContainers, next_allowed_at, .. } if *next_allowed_at == t(290))
+        );
+        assert_eq!(
+            d[1],
+            act(ActionKind::RestartKubelet, &[KubeletPlegUnhealthy])
+        );
+    }
+
+    #[test]
+    fn spent_budget_is_suppressed_not_looped() {
+        let mut c = Case::new();
+        for h in [3, 2, 1] {
+            c.ledger.record_start(
+                ActionKind::DaemonReexec,
+                t(0) - Duration::from_secs(h * 3600 + 1),
+            );
+        }
+        let d = c.decide(&[LogindUnresponsive]);
+        assert!(
+            matches!(
+                &d[..],
+                [Decision::Suppressed {
+                    action: ActionKind::DaemonReexec,
+                    ..
+                }]
+            ),
+            "{d:?}"
+        );
+    }
+
+    #[test]
+    fn disabled_is_skipped_and_next_tier_considered() {
+        let mut c = Case::new();
+        c.config.actions.purge_dead_containers.enabled = false;
+        let d = c.decide(&[DeadContainers, KubeletPlegUnhealthy]);
+        assert!(matches!(&d[0], Decision::Skipped { reason, .. } if reason.contains("disabled")));
+        assert_eq!(
+            d[1],
+            act(ActionKind::RestartKubelet, &[KubeletPlegUnhealthy])
+        );
+    }
+
+    #[test]
+    fn observe_mode_says_what_it_would_do_and_acts_on_nothing() {
+        let mut c = Case::new();
+        c.config.mode = Mode::Observe;
+        let d = c.decide(&[DeadContainers, SystemdBusWedge]);
+        assert!(
+            matches!(&d[..], [Decision::Skipped { action: ActionKind::PurgeDeadContainers, reason, .. }] if reason.contains("observe")),
+            "{d:?}"
+        );
+        assert!(!d.iter().any(|d| matches!(d, Decision::Act { .. })));
+    }
+}

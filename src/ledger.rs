@@ -1,0 +1,470 @@
+//! The action ledger: every action run, kept in `/var/lib/pleg-guard/ledger.json`, and the
+//! rate limits computed from it (`min_interval`, `max_per_day` over a rolling 24 h).
+//!
+//! The ledger is written (temp file, fsync, rename, fsync of the directory) *before* an action
+//! starts and again after it ends, so `kill -9` at any moment, a crash loop or a reboot never
+//! resets a budget. A missing ledger is a fresh start. A corrupt or unreadable one is moved
+//! aside and replaced by one that holds every action back for one `min_interval` (fail safe:
+//! a daemon that cannot remember must not act as if it had never acted).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+
+use crate::action::ActionKind;
+use crate::config::ActionConfig;
+
+/// The rolling window of `max_per_day`.
+pub const DAY: Duration = Duration::from_secs(24 * 3600);
+/// The ledger's file name in the state directory.
+pub const LEDGER_FILE: &str = "ledger.json";
+/// The format version written into the file.
+const FORMAT: u32 = 1;
+
+/// How an action run ended, as recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RunOutcome {
+    /// Recorded before the run; still so if the daemon died during it.
+    Started,
+    /// It did what it was asked.
+    Succeeded,
+    /// It failed.
+    Failed,
+    /// A placeholder written when the ledger was unreadable (holds the action back).
+    Unknown,
+}
+
+/// Whether the symptom an action aimed at was gone after the settle time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Symptom {
+    /// Gone.
+    Cleared,
+    /// Still there.
+    Persisted,
+}
+
+/// One action run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Entry {
+    /// Unique within the ledger, increasing.
+    pub id: u64,
+    /// Which action.
+    pub action: ActionKind,
+    /// When it started.
+    #[serde(with = "crate::report::time_format")]
+    pub at: SystemTime,
+    /// How it ended.
+    pub outcome: RunOutcome,
+    /// What it did.
+    #[serde(default)]
+    pub detail: String,
+    /// The settle-time verdict, once known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub symptom: Option<Symptom>,
+}
+
+/// What is left of an action's budget.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Budget {
+    /// Runs left in the rolling 24 h.
+    pub remaining: u32,
+    /// The daily maximum.
+    pub max_per_day: u32,
+    /// When the next run is allowed (None: now).
+    #[serde(with = "crate::report::time_format::option")]
+    pub next_allowed_at: Option<SystemTime>,
+}
+
+/// The ledger's contents.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ledger {
+    #[serde(default)]
+    format: u32,
+    #[serde(default)]
+    next_id: u64,
+    #[serde(default)]
+    entries: Vec<Entry>,
+}
+
+impl Ledger {
+    /// A ledger that holds every action back for one `min_interval` from `now`: what an
+    /// unreadable ledger is replaced with.
+    pub fn fail_safe(now: SystemTime) -> Self {
+        let mut l = Ledger::default();
+        for action in ActionKind::ALL {
+            let id = l.record_start(action, now);
+            l.record_end(
+                id,
+                RunOutcome::Unknown,
+                "ledger was unreadable; held back one min_interval",
+            );
+        }
+        l
+    }
+
+    /// All entries, oldest first.
+    pub fn entries(&self) -> &[Entry] {
+        &self.entries
+    }
+
+    /// Record that `action` starts at `now`; returns the entry's id.
+    pub fn record_start(&mut self, action: ActionKind, now: SystemTime) -> u64 {
+        self.next_id += 1;
+        self.entries.push(Entry {
+            id: self.next_id,
+            action,
+            at: now,
+            outcome: RunOutcome::Started,
+            detail: String::new(),
+            symptom: None,
+        });
+        self.next_id
+    }
+
+    /// Record how run `id` ended.
+    pub fn record_end(&mut self, id: u64, outcome: RunOutcome, detail: &str) {
+        if let Some(e) = self.entries.iter_mut().find(|e| e.id == id) {
+            e.outcome = outcome;
+            e.detail = detail.to_owned();
+        }
+    }
+
+    /// Record the settle-time verdict of run `id`.
+    pub fn record_symptom(&mut self, id: u64, symptom: Symptom) {
+        if let Some(e) = self.entries.iter_mut().find(|e| e.id == id) {
+            e.symptom = Some(symptom);
+        }
+    }
+
+    /// Forget runs older than `keep` (they no longer limit anything).
+    pub fn prune(&mut self, now: SystemTime, keep: Duration) {
+        self.entries
+            .retain(|e| now.duration_since(e.at).map_or(true, |age| age <= keep));
+    }
+
+    /// The budget of `action` at `now`.
+    pub fn budget(&self, action: ActionKind, cfg: &ActionConfig, now: SystemTime) -> Budget {
+        let max = cfg.max_per_day.get();
+        // A run stamped in the future (the clock went back) counts as happening now.
+        let runs: Vec<SystemTime> = self
+            .entries
+            .iter()
+            .filter(|e| e.action == action)
+            .map(|e| e.at.min(now))
+            .collect();
+        let counted: Vec<SystemTime> = self
+            .entries
+            .iter()
+            .filter(|e| e.action == action && e.outcome != RunOutcome::Unknown)
+            .map(|e| e.at.min(now))
+            .filter(|at| now.duration_since(*at).map_or(true, |age| age < DAY))
+            .collect();
+        let used = u32::try_from(counted.len()).unwrap_or(u32::MAX);
+        let remaining = max.saturating_sub(used);
+
+        let mut next: Option<SystemTime> = None;
+        if let Some(last) = runs.iter().max() {
+            let t = *last + cfg.min_interval;
+            if t > now {
+                next = Some(t);
+            }
+        }
+        if remaining == 0 {
+            // The run that must age out of the window before another is allowed.
+            let mut sorted = counted.clone();
+            sorted.sort();
+            let idx = (used - max) as usize;
+            if let Some(t) = sorted.get(idx) {
+                let t = *t + DAY;
+                next = Some(next.map_or(t, |n| n.max(t)));
+            }
+        }
+        Budget {
+            remaining,
+            max_per_day: max,
+            next_allowed_at: next,
+        }
+    }
+
+    /// Whether `action` may run at `now`: `Err(next_allowed_at)` when a limit holds it back.
+    pub fn check(
+        &self,
+        action: ActionKind,
+        cfg: &ActionConfig,
+        now: SystemTime,
+    ) -> Result<(), SystemTime> {
+        match self.budget(action, cfg, now).next_allowed_at {
+            Some(t) if t > now => Err(t),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Why the ledger file could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    /// Reading or writing failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+}
+
+/// The ledger's file.
+#[derive(Debug, Clone)]
+pub struct LedgerFile {
+    path: PathBuf,
+}
+
+/// What loading found.
+#[derive(Debug)]
+pub struct Loaded {
+    /// The ledger to use.
+    pub ledger: Ledger,
+    /// Set when the file was unreadable: what was wrong and where it was moved.
+    pub problem: Option<String>,
+}
+
+impl LedgerFile {
+    /// The ledger in `state_directory`.
+    pub fn new(state_directory: &Path) -> Self {
+        LedgerFile {
+            path: state_directory.join(LEDGER_FILE),
+        }
+    }
+
+    /// Its path.
+    #[cfg(test)]
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Load the ledger. Missing: empty. Unreadable or corrupt: moved aside, fail-safe ledger
+    /// (saved at once), and the problem reported.
+    pub fn load(&self, now: SystemTime) -> Loaded {
+        let problem = match std::fs::read(&self.path) {
+            Ok(bytes) => match serde_json::from_slice::<Ledger>(&bytes) {
+                Ok(ledger) if ledger.format <= FORMAT => {
+                    return Loaded {
+                        ledger,
+                        problem: None,
+                    };
+                }
+                Ok(ledger) => format!("unknown ledger format {}", ledger.format),
+                Err(e) => format!("corrupt: {e}"),
+            },
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Loaded {
+                    ledger: Ledger::default(),
+                    problem: None,
+                };
+            }
+            Err(e) => format!("unreadable: {e}"),
+        };
+        let stamp = now
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let aside = self.path.with_extension(format!("json.corrupt-{stamp}"));
+        let moved = match std::fs::rename(&self.path, &aside) {
+            Ok(()) => format!("kept aside as {}", aside.display()),
+            Err(e) => format!("could not be moved aside: {e}"),
+        };
+        let ledger = Ledger::fail_safe(now);
+        let saved = match self.save(&ledger) {
+            Ok(()) => String::new(),
+            Err(e) => format!("; the fresh ledger could not be saved: {e}"),
+        };
+        Loaded {
+            ledger,
+            problem: Some(format!(
+                "{}: {problem}; {moved}; every action is held back for one min_interval{saved}",
+                self.path.display()
+            )),
+        }
+    }
+
+    /// Write the ledger atomically: temp file, fsync, rename, fsync the directory.
+    pub fn save(&self, ledger: &Ledger) -> Result<(), LedgerError> {
+        let mut ledger = ledger.clone();
+        ledger.format = FORMAT;
+        let json = serde_json::to_vec_pretty(&ledger).map_err(|e| LedgerError::Io {
+            path: self.path.clone(),
+            source: std::io::Error::other(e),
+        })?;
+        write_atomically(&self.path, &json).map_err(|source| LedgerError::Io {
+            path: self.path.clone(),
+            source,
+        })
+    }
+}
+
+/// Write `bytes` to `path` so that a reader (or a crash) sees either the old file or the new
+/// one, never a mix: temp file in the same directory, fsync, rename, fsync the directory.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let file_name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(".{file_name}.tmp-{}", std::process::id()));
+    {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, path)?;
+    if let Ok(d) = std::fs::File::open(dir) {
+        let _ = d.sync_all();
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::num::NonZeroU32;
+
+    use super::*;
+
+    fn t(s: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000 + s)
+    }
+
+    fn cfg(min_interval: u64, max: u32) -> ActionConfig {
+        ActionConfig {
+            enabled: true,
+            min_interval: Duration::from_secs(min_interval),
+            max_per_day: NonZeroU32::new(max).unwrap(),
+            settle: Duration::from_secs(10),
+        }
+    }
+
+    const A: ActionKind = ActionKind::DaemonReexec;
+
+    #[test]
+    fn fresh_ledger_allows() {
+        let l = Ledger::default();
+        assert_eq!(l.check(A, &cfg(3600, 3), t(0)), Ok(()));
+        let b = l.budget(A, &cfg(3600, 3), t(0));
+        assert_eq!((b.remaining, b.next_allowed_at), (3, None));
+    }
+
+    #[test]
+    fn min_interval_holds_back_and_counts_from_start() {
+        let mut l = Ledger::default();
+        let id = l.record_start(A, t(0));
+        assert_eq!(l.check(A, &cfg(3600, 3), t(10)), Err(t(3600)));
+        l.record_end(id, RunOutcome::Failed, "x");
+        assert_eq!(l.check(A, &cfg(3600, 3), t(3599)), Err(t(3600)));
+        assert_eq!(l.check(A, &cfg(3600, 3), t(3600)), Ok(()));
+        // other actions are not affected
+        assert_eq!(
+            l.check(ActionKind::RestartKubelet, &cfg(3600, 3), t(10)),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn max_per_day_is_a_rolling_window() {
+        let mut l = Ledger::default();
+        for s in [0, 100, 200] {
+            l.record_start(A, t(s));
+        }
+        let c = cfg(10, 3);
+        let b = l.budget(A, &c, t(300));
+        assert_eq!(b.remaining, 0);
+        // the oldest run ages out 24 h after it started
+        assert_eq!(b.next_allowed_at, Some(t(0) + DAY));
+        assert_eq!(l.check(A, &c, t(0) + DAY), Ok(()));
+        assert_eq!(l.budget(A, &c, t(0) + DAY).remaining, 1);
+    }
+
+    #[test]
+    fn future_entries_count_as_now() {
+        let mut l = Ledger::default();
+        l.record_start(A, t(10_000));
+        assert_eq!(l.check(A, &cfg(60, 3), t(0)), Err(t(60)));
+    }
+
+    #[test]
+    fn fail_safe_holds_every_action_for_one_min_interval_but_spends_no_day_budget() {
+        let l = Ledger::fail_safe(t(0));
+        for a in ActionKind::ALL {
+            assert_eq!(l.check(a, &cfg(300, 3), t(1)), Err(t(300)));
+            assert_eq!(l.budget(a, &cfg(300, 3), t(1)).remaining, 3);
+            assert_eq!(l.check(a, &cfg(300, 3), t(300)), Ok(()));
+        }
+    }
+
+    #[test]
+    fn prune_drops_old_runs() {
+        let mut l = Ledger::default();
+        l.record_start(A, t(0));
+        l.record_start(A, t(0) + DAY + Duration::from_secs(10));
+        l.prune(t(0) + DAY + Duration::from_secs(20), DAY);
+        assert_eq!(l.entries().len(), 1);
+    }
+
+    fn tempdir(name: &str) -> PathBuf {
+        let d =
+            std::env::temp_dir().join(format!("pleg-guard-ledger-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn file_round_trip_and_missing_is_fresh() {
+        let d = tempdir("rt");
+        let f = LedgerFile::new(&d);
+        let loaded = f.load(t(0));
+        assert!(loaded.problem.is_none());
+        assert!(loaded.ledger.entries().is_empty());
+        let mut l = loaded.ledger;
+        let id = l.record_start(A, t(5));
+        l.record_end(id, RunOutcome::Succeeded, "private socket");
+        l.record_symptom(id, Symptom::Cleared);
+        f.save(&l).unwrap();
+        let back = f.load(t(6));
+        assert!(back.problem.is_none());
+        assert_eq!(back.ledger.entries(), l.entries());
+        // a new run gets a new id after reload
+        let mut l2 = back.ledger;
+        assert!(l2.record_start(A, t(7)) > id);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn corrupt_file_is_kept_aside_and_fails_safe() {
+        let d = tempdir("corrupt");
+        let f = LedgerFile::new(&d);
+        std::fs::write(
+            f.path(),
+            b"{\"entries\": [ {\"id\": 1, \"action\": \"nuke\"",
+        )
+        .unwrap();
+        let loaded = f.load(t(0));
+        let problem = loaded.problem.unwrap();
+        assert!(problem.contains("corrupt"), "{problem}");
+        assert!(problem.contains("kept aside"), "{problem}");
+        assert_eq!(loaded.ledger.check(A, &cfg(60, 3), t(1)), Err(t(60)));
+        let aside: Vec<_> = std::fs::read_dir(&d)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().contains("corrupt-"))
+            .collect();
+        assert_eq!(aside.len(), 1);
+        // the fail-safe ledger was saved, so a crash right now still holds the actions back
+        let again = f.load(t(2));
+        assert!(again.problem.is_none());
+        assert_eq!(again.ledger.check(A, &cfg(60, 3), t(2)), Err(t(60)));
+        let _ = std::fs::remove_dir_all(&d);
+    }
+}

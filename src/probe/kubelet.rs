@@ -1,0 +1,312 @@
+//! The `kubelet` target: its `/healthz` endpoint and its own log lines.
+//!
+//! kubelet's `/healthz` does not include PLEG (it turns red only minutes later, through the
+//! sync loop), so the early signal is kubelet's log: `skipping pod synchronization - [PLEG is
+//! not healthy: ...]`, repeated at least every 5 s while PLEG is stuck. The lines are read
+//! from the unit's journal, or, for kubelets run as a docker container (RKE and the like),
+//! through the docker API.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use futures_util::StreamExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::time::Instant;
+
+use super::{bounded, timed};
+use crate::config::{HttpUrl, KubeletConfig};
+use crate::target::{Facts, Observation, PathResult, Target, TargetState};
+
+/// The text that marks kubelet's PLEG complaint in its log.
+pub const PLEG_MARKER: &str = "PLEG is not healthy";
+
+/// Directories where a kubelet unit file would be installed.
+const UNIT_DIRS: &[&str] = &[
+    "/etc/systemd/system",
+    "/run/systemd/system",
+    "/usr/local/lib/systemd/system",
+    "/usr/lib/systemd/system",
+    "/lib/systemd/system",
+];
+
+/// Probes kubelet.
+pub struct KubeletProbe {
+    enabled: bool,
+    unit: String,
+    container: Option<String>,
+    healthz: HttpUrl,
+    window: Duration,
+    docker_socket: PathBuf,
+    not_before: Option<SystemTime>,
+}
+
+impl KubeletProbe {
+    /// A probe set up from `[kubelet]`; `docker_socket` serves container-run kubelets.
+    pub fn new(config: &KubeletConfig, docker_socket: PathBuf) -> Self {
+        KubeletProbe {
+            enabled: config.enabled,
+            unit: config.unit.clone(),
+            container: config.container.clone(),
+            healthz: config.healthz_url.clone(),
+            window: config.pleg_log_window,
+            docker_socket,
+            not_before: None,
+        }
+    }
+
+    /// Ignore log lines older than `t`.
+    pub fn ignore_logs_before(&mut self, t: SystemTime) {
+        self.not_before = Some(t);
+    }
+
+    /// Probe healthz and the log concurrently before `deadline`.
+    pub async fn probe(&mut self, deadline: Instant, slow_after: Duration) -> Observation {
+        if !self.enabled {
+            return Observation::absent(Target::Kubelet, "disabled in config");
+        }
+        let installed = match &self.container {
+            Some(_) => self.docker_socket.exists(),
+            None => unit_installed(&self.unit),
+        };
+        let since = {
+            let window_start = SystemTime::now()
+                .checked_sub(self.window)
+                .unwrap_or(UNIX_EPOCH);
+            self.not_before
+                .map_or(window_start, |t| t.max(window_start))
+        };
+        let health = timed(deadline, slow_after, healthz(&self.healthz));
+        let logs = async {
+            match bounded(deadline, self.pleg_lines(since)).await {
+                Ok(r) => r.map_err(|e| e.to_string()),
+                Err(()) => Err("reading kubelet's log took longer than the timeout".to_owned()),
+            }
+        };
+        let (health, logs) = tokio::join!(health, logs);
+        classify(installed, &self.healthz, &self.source(), health, logs)
+    }
+
+    fn source(&self) -> String {
+        match &self.container {
+            Some(c) => format!("container {c}"),
+            None => self.unit.clone(),
+        }
+    }
+
+    /// The latest `PLEG is not healthy` line since `since`, if any.
+    async fn pleg_lines(&self, since: SystemTime) -> anyhow::Result<Option<String>> {
+        match &self.container {
+            Some(name) => container_pleg_line(&self.docker_socket, name, since).await,
+            None => journal_pleg_line(&self.unit, since).await,
+        }
+    }
+}
+
+/// Decide the observation from healthz and the log.
+fn classify(
+    installed: bool,
+    url: &HttpUrl,
+    source: &str,
+    health: PathResult,
+    logs: Result<Option<String>, String>,
+) -> Observation {
+    let refused = health.state == TargetState::Error && health.detail.contains("refused");
+    if !installed && refused && !matches!(logs, Ok(Some(_))) {
+        return Observation::absent(
+            Target::Kubelet,
+            format!("no {source} installed and nothing listens on {url}"),
+        );
+    }
+    let healthz_ok = match health.state {
+        TargetState::Ok | TargetState::Slow => Some(true),
+        TargetState::Error => Some(false),
+        _ => None,
+    };
+    let pleg_line = logs.as_ref().ok().cloned().flatten();
+    let (state, detail) = match (&pleg_line, health.state) {
+        (Some(line), _) => (
+            TargetState::Error,
+            format!("{PLEG_MARKER}: {}", excerpt(line)),
+        ),
+        (None, TargetState::Ok | TargetState::Slow) => match &logs {
+            Ok(_) => (health.state, format!("healthz {}", health.detail)),
+            Err(e) => (
+                health.state,
+                format!("healthz {}; log unreadable: {e}", health.detail),
+            ),
+        },
+        (None, state) => (state, format!("healthz: {}", health.detail)),
+    };
+    Observation {
+        target: Target::Kubelet,
+        state,
+        latency: health.latency,
+        detail,
+        facts: Facts {
+            pleg_line,
+            healthz_ok,
+            ..Facts::default()
+        },
+    }
+}
+
+/// The part of a kubelet line from the PLEG marker on (klog headers are noise here).
+fn excerpt(line: &str) -> &str {
+    let from = line.find(PLEG_MARKER).unwrap_or(0);
+    let s = &line[from..];
+    s.trim_end_matches(['"', ']', '\n'])
+}
+
+/// Whether a unit file for `unit` exists in one of the unit directories.
+fn unit_installed(unit: &str) -> bool {
+    UNIT_DIRS.iter().any(|d| Path::new(d).join(unit).exists())
+}
+
+/// GET the healthz URL with plain HTTP/1.0; `Ok` only for a 200 answer.
+async fn healthz(url: &HttpUrl) -> anyhow::Result<String> {
+    let mut stream = tokio::net::TcpStream::connect((url.host.as_str(), url.port))
+        .await
+        .map_err(|e| anyhow::anyhow!("connect to {url}: {e}"))?;
+    let request = format!(
+        "GET {} HTTP/1.0\r\nHost: {}\r\nUser-Agent: pleg-guard\r\n\r\n",
+        url.path, url.host
+    );
+    stream.write_all(request.as_bytes()).await?;
+    let mut response = Vec::with_capacity(512);
+    (&mut stream)
+        .take(64 * 1024)
+        .read_to_end(&mut response)
+        .await?;
+    let text = String::from_utf8_lossy(&response);
+    let status_line = text.lines().next().unwrap_or("");
+    let code = status_line.split_whitespace().nth(1).unwrap_or("");
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b).trim();
+    if code == "200" {
+        Ok(if body.is_empty() {
+            "200".to_owned()
+        } else {
+            body.chars().take(40).collect()
+        })
+    } else {
+        anyhow::bail!(
+            "{url} answered {status_line:?} {}",
+            body.chars().take(80).collect::<String>()
+        )
+    }
+}
+
+/// The latest PLEG line of `unit` in the journal since `since`.
+async fn journal_pleg_line(unit: &str, since: SystemTime) -> anyhow::Result<Option<String>> {
+    let since_s = since.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let out = tokio::process::Command::new("journalctl")
+        .args(["--no-pager", "--quiet", "-o", "cat", "-u", unit])
+        .arg(format!("--since=@{since_s}"))
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .map_err(|e| anyhow::anyhow!("journalctl: {e}"))?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        anyhow::bail!("journalctl failed: {}", err.trim());
+    }
+    Ok(last_pleg_line(&String::from_utf8_lossy(&out.stdout)))
+}
+
+/// The latest PLEG line of the kubelet container's log since `since`.
+async fn container_pleg_line(
+    socket: &Path,
+    name: &str,
+    since: SystemTime,
+) -> anyhow::Result<Option<String>> {
+    let docker = super::docker::connect(socket).await?;
+    let since_s = since.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let options = bollard::query_parameters::LogsOptions {
+        stdout: true,
+        stderr: true,
+        since: i32::try_from(since_s).unwrap_or(i32::MAX),
+        tail: "all".to_owned(),
+        ..Default::default()
+    };
+    let mut stream = docker.logs(name, Some(options));
+    let mut last = None;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk?;
+        let text = chunk.to_string();
+        if let Some(line) = last_pleg_line(&text) {
+            last = Some(line);
+        }
+    }
+    Ok(last)
+}
+
+/// The last line of `log` that carries the PLEG marker.
+fn last_pleg_line(log: &str) -> Option<String> {
+    log.lines()
+        .rev()
+        .find(|l| l.contains(PLEG_MARKER))
+        .map(|l| l.chars().take(400).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OLD: &str = "I1105 09:50:27.583544  548093 kubelet.go:1829] skipping pod synchronization - [PLEG is not healthy: pleg was last seen active 58h29m3.043779855s ago; threshold is 3m0s]";
+    const NEW: &str = r#"I1105 09:50:27.583544     123 kubelet.go:2412] "Skipping pod synchronization" err="[PLEG is not healthy: pleg was last seen active 3m45.252087921s ago; threshold is 3m0s]""#;
+
+    fn url() -> HttpUrl {
+        "http://127.0.0.1:10248/healthz".parse().unwrap()
+    }
+
+    fn ok() -> PathResult {
+        PathResult {
+            state: TargetState::Ok,
+            latency: Duration::from_millis(1),
+            detail: "ok".into(),
+        }
+    }
+
+    #[test]
+    fn finds_both_kubelet_formats() {
+        let log = format!("I1105 starting\n{OLD}\nI1105 other\n{NEW}\nI1105 more\n");
+        assert_eq!(last_pleg_line(&log).as_deref(), Some(NEW));
+        assert_eq!(
+            excerpt(OLD),
+            "PLEG is not healthy: pleg was last seen active 58h29m3.043779855s ago; threshold is 3m0s"
+        );
+        assert_eq!(
+            excerpt(NEW),
+            "PLEG is not healthy: pleg was last seen active 3m45.252087921s ago; threshold is 3m0s"
+        );
+        assert_eq!(last_pleg_line("I1105 fine\n"), None);
+    }
+
+    #[test]
+    fn pleg_line_is_an_error_even_when_healthz_is_ok() {
+        let o = classify(true, &url(), "kubelet.service", ok(), Ok(Some(OLD.into())));
+        assert_eq!(o.state, TargetState::Error);
+        assert_eq!(o.facts.healthz_ok, Some(true));
+        assert!(o.detail.starts_with("PLEG is not healthy"), "{}", o.detail);
+    }
+
+    #[test]
+    fn not_installed_and_refused_is_absent() {
+        let refused = PathResult {
+            state: TargetState::Error,
+            latency: Duration::ZERO,
+            detail: "connect: Connection refused (os error 111)".into(),
+        };
+        let o = classify(false, &url(), "kubelet.service", refused.clone(), Ok(None));
+        assert_eq!(o.state, TargetState::Absent);
+        let o = classify(true, &url(), "kubelet.service", refused, Ok(None));
+        assert_eq!(o.state, TargetState::Error);
+    }
+
+    #[test]
+    fn healthy_kubelet_is_ok() {
+        let o = classify(true, &url(), "kubelet.service", ok(), Ok(None));
+        assert_eq!(o.state, TargetState::Ok);
+    }
+}

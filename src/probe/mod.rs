@@ -1,0 +1,235 @@
+//! Probes: one bounded call per target per round, all targets concurrently.
+//!
+//! Every call runs under a deadline (`probe.timeout` from the round's start). A call that has
+//! not answered by then is dropped: its future, and with it the request, is abandoned, and the
+//! connection it used is closed and opened afresh next round. Nothing is retried within a
+//! round and nothing is spawned that could outlive it, so a hung bus or engine costs one
+//! socket per target per round, never a growing pile of calls — the failure that took kubelet
+//! down was exactly such a pile.
+
+pub mod dbus;
+pub mod docker;
+pub mod kubelet;
+pub mod logind;
+pub mod systemd;
+
+use std::future::Future;
+use std::time::{Duration, SystemTime};
+
+use tokio::time::Instant;
+
+use crate::config::Config;
+use crate::target::{Observation, PathResult, Target, TargetState};
+
+/// The probes of every target, with the connections they keep between rounds.
+pub struct Prober {
+    timeout: Duration,
+    slow_after: Duration,
+    bus: dbus::SystemBus,
+    systemd: systemd::SystemdProbe,
+    logind_enabled: bool,
+    docker: docker::DockerProbe,
+    kubelet: kubelet::KubeletProbe,
+}
+
+/// One round's observations, one per target in [`Target::ALL`] order.
+#[derive(Debug, Clone)]
+pub struct Round {
+    /// When the round started (wall clock, for reports).
+    pub at: SystemTime,
+    /// The observations.
+    pub observations: Vec<Observation>,
+}
+
+impl Round {
+    /// The observation of one target.
+    pub fn get(&self, target: Target) -> Option<&Observation> {
+        self.observations.iter().find(|o| o.target == target)
+    }
+}
+
+impl Prober {
+    /// Probes set up from the configuration. Connects to nothing yet.
+    pub fn new(config: &Config) -> Self {
+        Prober {
+            timeout: config.probe.timeout,
+            slow_after: config.probe.slow_after,
+            bus: dbus::SystemBus::new(config.dbus.enabled, config.dbus.socket.clone()),
+            systemd: systemd::SystemdProbe::new(config.systemd.private_socket.clone()),
+            logind_enabled: config.logind.enabled && config.dbus.enabled,
+            docker: docker::DockerProbe::new(config.docker.enabled, config.docker.socket.clone()),
+            kubelet: kubelet::KubeletProbe::new(&config.kubelet, config.docker.socket.clone()),
+        }
+    }
+
+    /// Ignore kubelet log lines older than `t` (set after kubelet was restarted, so the lines
+    /// of the wedged instance do not count against the new one).
+    pub fn ignore_kubelet_logs_before(&mut self, t: SystemTime) {
+        self.kubelet.ignore_logs_before(t);
+    }
+
+    /// Probe every target once, concurrently. Returns within about `probe.timeout`.
+    pub async fn round(&mut self) -> Round {
+        let at = SystemTime::now();
+        let deadline = Instant::now() + self.timeout;
+        let slow = self.slow_after;
+
+        // The bus connection is shared by the three bus targets; it is (re)made first, under
+        // the same deadline, so a hung bus daemon costs one connect per round.
+        // A node without a bus (or with the bus probes disabled) has no bus failure either.
+        let (bus_conn, bus_failure) = if self.bus.enabled() && self.bus.socket_exists() {
+            match bounded(deadline, self.bus.connection()).await {
+                Ok(Ok(conn)) => (Some(conn), None),
+                Ok(Err(e)) => (None, Some(Failure::Error(format!("system bus: {e}")))),
+                Err(()) => (None, Some(Failure::Timeout)),
+            }
+        } else {
+            (None, None)
+        };
+
+        let dbus_fut = async {
+            if !self.bus.enabled() {
+                return Observation::absent(Target::Dbus, "disabled in config");
+            }
+            if !self.bus.socket_exists() {
+                return Observation::absent(
+                    Target::Dbus,
+                    format!("no system bus at {}", self.bus.socket().display()),
+                );
+            }
+            match (&bus_conn, &bus_failure) {
+                (Some(conn), _) => {
+                    let r = timed(deadline, slow, dbus::get_id(conn)).await;
+                    observation(Target::Dbus, r)
+                }
+                (None, Some(f)) => observation(Target::Dbus, f.clone().into_path(deadline)),
+                (None, None) => Observation::absent(Target::Dbus, "no system bus"),
+            }
+        };
+        let systemd_fut = self
+            .systemd
+            .probe(deadline, slow, bus_conn.clone(), bus_failure.clone());
+        let logind_fut = async {
+            if !self.logind_enabled {
+                return Observation::absent(Target::Logind, "disabled in config");
+            }
+            match (&bus_conn, &bus_failure) {
+                (Some(conn), _) => logind::probe(conn, deadline, slow).await,
+                (None, Some(Failure::Timeout)) => observation(
+                    Target::Logind,
+                    Failure::Error("system bus did not answer".into()).into_path(deadline),
+                ),
+                (None, Some(f)) => observation(Target::Logind, f.clone().into_path(deadline)),
+                (None, None) => Observation::absent(Target::Logind, "no system bus"),
+            }
+        };
+        let docker_fut = self.docker.probe(deadline, slow);
+        let kubelet_fut = self.kubelet.probe(deadline, slow);
+
+        let (dbus_obs, systemd_obs, logind_obs, docker_obs, kubelet_obs) =
+            tokio::join!(dbus_fut, systemd_fut, logind_fut, docker_fut, kubelet_fut);
+
+        // A failed bus call may have left the shared connection wedged: start afresh.
+        if dbus_obs.state.is_failure() || bus_failure.is_some() {
+            self.bus.reset();
+        }
+        Round {
+            at,
+            observations: vec![dbus_obs, systemd_obs, logind_obs, docker_obs, kubelet_obs],
+        }
+    }
+
+    /// Read the systemd package version from the distribution's package database.
+    pub async fn package_version(&self) -> Option<String> {
+        systemd::package_version(self.timeout).await
+    }
+}
+
+/// Why a call produced no answer.
+#[derive(Debug, Clone)]
+pub enum Failure {
+    /// The deadline passed; the call was abandoned.
+    Timeout,
+    /// The call failed.
+    Error(String),
+}
+
+impl Failure {
+    /// A path result for a failure that happened before the call itself (e.g. connecting).
+    pub fn into_path(self, deadline: Instant) -> PathResult {
+        let latency = match self {
+            Failure::Timeout => deadline.saturating_duration_since(Instant::now()),
+            Failure::Error(_) => Duration::ZERO,
+        };
+        match self {
+            Failure::Timeout => PathResult {
+                state: TargetState::Unresponsive,
+                latency,
+                detail: "no answer before the timeout".into(),
+            },
+            Failure::Error(e) => PathResult {
+                state: TargetState::Error,
+                latency,
+                detail: e,
+            },
+        }
+    }
+}
+
+/// Run `fut` until `deadline`; `Err(())` when the deadline passed first (the future is dropped).
+pub async fn bounded<T>(deadline: Instant, fut: impl Future<Output = T>) -> Result<T, ()> {
+    tokio::time::timeout_at(deadline, fut).await.map_err(|_| ())
+}
+
+/// Run one probe call until `deadline`, measuring its latency, and classify the outcome:
+/// `Ok(detail)` is `ok` (or `slow` above `slow_after`), `Err` is `error`, no answer is
+/// `unresponsive`.
+pub async fn timed<E: std::fmt::Display>(
+    deadline: Instant,
+    slow_after: Duration,
+    fut: impl Future<Output = Result<String, E>>,
+) -> PathResult {
+    let start = Instant::now();
+    let result = bounded(deadline, fut).await;
+    let latency = start.elapsed();
+    match result {
+        Ok(Ok(detail)) => PathResult {
+            state: if latency > slow_after {
+                TargetState::Slow
+            } else {
+                TargetState::Ok
+            },
+            latency,
+            detail,
+        },
+        Ok(Err(e)) => PathResult {
+            state: TargetState::Error,
+            latency,
+            detail: e.to_string(),
+        },
+        Err(()) => PathResult {
+            state: TargetState::Unresponsive,
+            latency,
+            detail: format!(
+                "no answer within {}; call abandoned",
+                humantime::format_duration(round_ms(latency))
+            ),
+        },
+    }
+}
+
+/// An observation whose state, latency and detail are one path's.
+pub fn observation(target: Target, path: PathResult) -> Observation {
+    Observation {
+        target,
+        state: path.state,
+        latency: path.latency,
+        detail: path.detail,
+        facts: Default::default(),
+    }
+}
+
+/// A duration rounded to whole milliseconds, for messages.
+pub fn round_ms(d: Duration) -> Duration {
+    Duration::from_millis(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}

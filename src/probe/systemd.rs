@@ -1,0 +1,242 @@
+//! The `systemd` target: PID 1, asked for its `Version` two ways — over the system bus, and
+//! over its private socket `/run/systemd/private` (a peer-to-peer D-Bus connection that needs
+//! no bus daemon: the way root's `systemctl` reaches PID 1).
+//!
+//! The two paths together tell the systemd bus bug (issue 11809) apart from a dead bus: with
+//! the bug, the bus answers, PID 1 on the bus does not, PID 1 on the private socket does.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use zbus::Connection;
+use zbus_systemd::systemd1::ManagerProxy;
+
+use super::{Failure, bounded, timed};
+use crate::target::{Facts, Observation, PathResult, Target, TargetState};
+
+/// Probes PID 1 and keeps the private-socket connection between rounds.
+pub struct SystemdProbe {
+    private_socket: PathBuf,
+    private: Option<Connection>,
+}
+
+impl SystemdProbe {
+    /// A probe of PID 1 whose private socket is at `private_socket`.
+    pub fn new(private_socket: PathBuf) -> Self {
+        SystemdProbe {
+            private_socket,
+            private: None,
+        }
+    }
+
+    /// Probe both paths concurrently. `bus` is the shared system bus connection when one
+    /// could be made this round, else `bus_failure` says why not.
+    pub async fn probe(
+        &mut self,
+        deadline: Instant,
+        slow_after: Duration,
+        bus: Option<Connection>,
+        bus_failure: Option<Failure>,
+    ) -> Observation {
+        let socket_exists = self.private_socket.exists();
+        let bus_path = async {
+            match (bus, bus_failure) {
+                (Some(conn), _) => Some(timed(deadline, slow_after, version(conn)).await),
+                (None, Some(f)) => Some(f.into_path(deadline)),
+                (None, None) => None,
+            }
+        };
+        let private_socket = self.private_socket.clone();
+        let cached = self.private.clone();
+        let private_path = async {
+            if !socket_exists {
+                return (None, None);
+            }
+            let mut made = None;
+            let path = timed(deadline, slow_after, async {
+                let conn = match cached {
+                    Some(c) => c,
+                    None => {
+                        let c = connect_private(&private_socket).await?;
+                        made = Some(c.clone());
+                        c
+                    }
+                };
+                version(conn).await
+            })
+            .await;
+            (Some(path), made)
+        };
+        let (bus_result, (private_result, made)) = tokio::join!(bus_path, private_path);
+
+        match &private_result {
+            Some(p) if !p.state.is_failure() => {
+                if made.is_some() {
+                    self.private = made;
+                }
+            }
+            _ => self.private = None,
+        }
+        summarize(bus_result, private_result)
+    }
+}
+
+/// Open a peer-to-peer D-Bus connection to PID 1's private socket (no `Hello`: there is no
+/// bus daemon on the other end).
+pub async fn connect_private(socket: &std::path::Path) -> Result<Connection, zbus::Error> {
+    let address = format!("unix:path={}", socket.display());
+    zbus::connection::Builder::address(address.as_str())
+        .p2p()
+        .build()
+        .await
+}
+
+/// PID 1's `Version` property, read without property caching (a cached value would probe
+/// nothing).
+async fn version(conn: Connection) -> Result<String, zbus::Error> {
+    let proxy = manager(&conn).await?;
+    let v = proxy.version().await?;
+    Ok(format!("version {v}"))
+}
+
+/// A `org.freedesktop.systemd1.Manager` proxy that caches nothing.
+pub async fn manager(conn: &Connection) -> Result<ManagerProxy<'static>, zbus::Error> {
+    ManagerProxy::builder(conn)
+        .cache_properties(zbus::proxy::CacheProperties::No)
+        .build()
+        .await
+}
+
+/// Combine the two paths into one observation: the target is as bad as its worse path (a
+/// wedged bus path is a problem even when the private socket answers), and the version comes
+/// from whichever path answered.
+fn summarize(bus: Option<PathResult>, private: Option<PathResult>) -> Observation {
+    let version = [&private, &bus]
+        .into_iter()
+        .flatten()
+        .find(|p| !p.state.is_failure())
+        .and_then(|p| p.detail.strip_prefix("version ").map(str::to_owned));
+    let describe = |name: &str, p: &Option<PathResult>| match p {
+        Some(p) => format!(
+            "{name}: {} {}ms",
+            p.state,
+            super::round_ms(p.latency).as_millis()
+        ),
+        None => format!("{name}: absent"),
+    };
+    let (state, latency) = match (&bus, &private) {
+        (None, None) => {
+            return Observation::absent(Target::Systemd, "no system bus and no private socket");
+        }
+        (Some(b), None) => (b.state, b.latency),
+        (None, Some(p)) => (p.state, p.latency),
+        (Some(b), Some(p)) => {
+            if severity(b.state) >= severity(p.state) {
+                (b.state, b.latency)
+            } else {
+                (p.state, p.latency)
+            }
+        }
+    };
+    let mut detail = format!(
+        "{}; {}",
+        describe("bus", &bus),
+        describe("private", &private)
+    );
+    if let Some(v) = &version {
+        detail = format!("{detail}; version {v}");
+    }
+    for p in [&bus, &private].into_iter().flatten() {
+        if p.state.is_failure() {
+            detail = format!("{detail}; {}", p.detail);
+            break;
+        }
+    }
+    Observation {
+        target: Target::Systemd,
+        state,
+        latency,
+        detail,
+        facts: Facts {
+            bus,
+            private,
+            systemd_version: version,
+            ..Facts::default()
+        },
+    }
+}
+
+fn severity(s: TargetState) -> u8 {
+    match s {
+        TargetState::Absent => 0,
+        TargetState::Ok => 1,
+        TargetState::Slow => 2,
+        TargetState::Error => 3,
+        TargetState::Unresponsive => 4,
+    }
+}
+
+/// The systemd package version from the package database (`rpm` or `dpkg-query`), or None
+/// when neither knows it. Bounded by `timeout`; the child is killed if abandoned.
+pub async fn package_version(timeout: Duration) -> Option<String> {
+    let deadline = Instant::now() + timeout;
+    let queries: [(&str, &[&str]); 2] = [
+        ("rpm", &["-q", "--qf", "%{VERSION}-%{RELEASE}", "systemd"]),
+        ("dpkg-query", &["-W", "-f", "${Version}", "systemd"]),
+    ];
+    for (program, args) in queries {
+        let mut cmd = tokio::process::Command::new(program);
+        cmd.args(args)
+            .stdin(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true);
+        if let Ok(Ok(out)) = bounded(deadline, cmd.output()).await {
+            let text = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+            if out.status.success() && !text.is_empty() && !text.contains(' ') {
+                return Some(text);
+            }
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn path(state: TargetState, detail: &str) -> PathResult {
+        PathResult {
+            state,
+            latency: Duration::from_millis(3),
+            detail: detail.into(),
+        }
+    }
+
+    #[test]
+    fn bus_bug_signature_is_unresponsive_with_version_from_private() {
+        let o = summarize(
+            Some(path(TargetState::Unresponsive, "no answer")),
+            Some(path(TargetState::Ok, "version 219")),
+        );
+        assert_eq!(o.state, TargetState::Unresponsive);
+        assert_eq!(o.facts.systemd_version.as_deref(), Some("219"));
+        assert!(o.detail.contains("bus: unresponsive"), "{}", o.detail);
+        assert!(o.detail.contains("private: ok"), "{}", o.detail);
+    }
+
+    #[test]
+    fn both_ok_is_ok() {
+        let o = summarize(
+            Some(path(TargetState::Ok, "version 252.38-1~deb12u1")),
+            Some(path(TargetState::Slow, "version 252.38-1~deb12u1")),
+        );
+        assert_eq!(o.state, TargetState::Slow);
+        assert_eq!(o.facts.systemd_version.as_deref(), Some("252.38-1~deb12u1"));
+    }
+
+    #[test]
+    fn nothing_is_absent() {
+        assert_eq!(summarize(None, None).state, TargetState::Absent);
+    }
+}

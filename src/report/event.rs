@@ -1,0 +1,123 @@
+//! The journal's event kinds: each state change of a target, each finding and each action
+//! outcome is one entry with `PLEG_GUARD_EVENT` and a fixed `MESSAGE_ID` per kind, explained in
+//! `systemd/pleg-guard.catalog` (`journalctl -x`).
+
+use std::fmt;
+
+/// An event kind (the contract's `PLEG_GUARD_EVENT` values).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventKind {
+    /// A target failed `probe.unhealthy_after` rounds in a row.
+    TargetUnhealthy,
+    /// An unhealthy target answered well again.
+    TargetRecovered,
+    /// A finding appeared.
+    Finding,
+    /// An action is about to run (the ledger already holds it).
+    ActionStarted,
+    /// An action did what it was asked.
+    ActionSucceeded,
+    /// An action failed.
+    ActionFailed,
+    /// A rate limit held an action back.
+    ActionSuppressed,
+    /// Observe mode, or the action is disabled or not applicable: not run.
+    ActionSkipped,
+    /// After the settle time, the symptom the action aimed at is gone.
+    SymptomCleared,
+    /// After the settle time, the symptom the action aimed at is still there.
+    SymptomPersisted,
+}
+
+impl EventKind {
+    /// Every kind.
+    #[cfg(test)]
+    pub const ALL: [EventKind; 10] = [
+        EventKind::TargetUnhealthy,
+        EventKind::TargetRecovered,
+        EventKind::Finding,
+        EventKind::ActionStarted,
+        EventKind::ActionSucceeded,
+        EventKind::ActionFailed,
+        EventKind::ActionSuppressed,
+        EventKind::ActionSkipped,
+        EventKind::SymptomCleared,
+        EventKind::SymptomPersisted,
+    ];
+
+    /// The `PLEG_GUARD_EVENT` value.
+    pub fn name(self) -> &'static str {
+        match self {
+            EventKind::TargetUnhealthy => "target-unhealthy",
+            EventKind::TargetRecovered => "target-recovered",
+            EventKind::Finding => "finding",
+            EventKind::ActionStarted => "action-started",
+            EventKind::ActionSucceeded => "action-succeeded",
+            EventKind::ActionFailed => "action-failed",
+            EventKind::ActionSuppressed => "action-suppressed",
+            EventKind::ActionSkipped => "action-skipped",
+            EventKind::SymptomCleared => "symptom-cleared",
+            EventKind::SymptomPersisted => "symptom-persisted",
+        }
+    }
+
+    /// The journal `MESSAGE_ID` (128-bit, as `journalctl -x` and the catalog use it).
+    pub fn message_id(self) -> &'static str {
+        match self {
+            EventKind::TargetUnhealthy => "a9742433f52a432e9ba2bfcf269ede3c",
+            EventKind::TargetRecovered => "df5756518b07429cb91bb4390e50ab59",
+            EventKind::Finding => "ad6f0b949b3f47599ad5d91ebb1ec009",
+            EventKind::ActionStarted => "0e72ab0b5ecf4522ac73e6b0ce2369c1",
+            EventKind::ActionSucceeded => "a1437e5e0b5741dbaa53e76876aa5e87",
+            EventKind::ActionFailed => "a7eaf73d1c4b4826b9f3db6a99f425e6",
+            EventKind::ActionSuppressed => "d29ef561af524338a4d58ed6e107c19b",
+            EventKind::ActionSkipped => "93bdf3b0beda423ca2b0d4dbce59c10f",
+            EventKind::SymptomCleared => "bd6945000457485385b62ee2bd90725b",
+            EventKind::SymptomPersisted => "3e5ac07fe5be454a85b934c9628899a7",
+        }
+    }
+}
+
+impl fmt::Display for EventKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn message_ids_are_unique_128_bit_hex() {
+        let mut ids: Vec<&str> = EventKind::ALL.iter().map(|k| k.message_id()).collect();
+        for id in &ids {
+            assert_eq!(id.len(), 32, "{id}");
+            assert!(
+                id.chars()
+                    .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()),
+                "{id}"
+            );
+        }
+        ids.sort();
+        ids.dedup();
+        assert_eq!(ids.len(), EventKind::ALL.len());
+    }
+
+    #[test]
+    fn the_catalog_explains_every_event() {
+        let catalog = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/systemd/pleg-guard.catalog"
+        ))
+        .expect("systemd/pleg-guard.catalog is shipped");
+        for kind in EventKind::ALL {
+            assert!(
+                catalog.contains(&format!("-- {}", kind.message_id())),
+                "the catalog has no entry for {} ({})",
+                kind.name(),
+                kind.message_id()
+            );
+        }
+    }
+}

@@ -1,0 +1,157 @@
+//! status.json: the daemon's view after each round, written atomically to the runtime
+//! directory, read by `pleg-guard status`. `diagnose --json` prints the same shape.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::Mode;
+use crate::diagnosis::Finding;
+use crate::ledger::Budget;
+use crate::target::Observation;
+
+/// The file name in the runtime directory.
+pub const STATUS_FILE: &str = "status.json";
+
+/// The overall state, the first word of the `STATUS=` line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Overall {
+    /// No problem found.
+    Healthy,
+    /// A problem stands.
+    Degraded,
+    /// An action is running or settling.
+    Repairing,
+}
+
+impl Overall {
+    /// The word.
+    pub fn name(self) -> &'static str {
+        match self {
+            Overall::Healthy => "healthy",
+            Overall::Degraded => "degraded",
+            Overall::Repairing => "repairing",
+        }
+    }
+}
+
+/// What is known of the running systemd.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SystemdStatus {
+    /// The build, as best known (`219-62.el7_6.8`, `252.38-1~deb12u1`), or None.
+    pub version: Option<String>,
+    /// Whether it carries the bus bug.
+    pub affected: bool,
+    /// Why the policy says so.
+    pub reason: String,
+}
+
+/// One action run as reported.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActionRecord {
+    /// The action's name.
+    pub action: String,
+    /// When it started.
+    #[serde(with = "crate::report::time_format")]
+    pub at: SystemTime,
+    /// `started`, `succeeded`, `failed` (plus `cleared`/`persisted` once settled).
+    pub outcome: String,
+    /// The settle-time verdict, if known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub symptom: Option<String>,
+    /// What it did.
+    #[serde(default)]
+    pub detail: String,
+}
+
+/// The whole status.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Snapshot {
+    /// pleg-guard's version.
+    pub pleg_guard_version: String,
+    /// The daemon's pid (None for `diagnose`).
+    #[serde(default)]
+    pub pid: Option<u32>,
+    /// `repair` or `observe`.
+    pub mode: Mode,
+    /// No problem stands.
+    pub healthy: bool,
+    /// healthy, degraded or repairing.
+    pub state: Overall,
+    /// The one-line summary (the `STATUS=` line).
+    pub summary: String,
+    /// When this snapshot was taken.
+    #[serde(with = "crate::report::time_format")]
+    pub updated_at: SystemTime,
+    /// The probe interval in milliseconds (a reader can tell a stale file by it).
+    pub interval_ms: u64,
+    /// The running systemd.
+    pub systemd: SystemdStatus,
+    /// Every target's latest observation, by name.
+    pub targets: BTreeMap<String, Observation>,
+    /// The current findings.
+    pub findings: Vec<Finding>,
+    /// The latest action runs, newest last.
+    pub actions: Vec<ActionRecord>,
+    /// Each action's remaining budget, by name.
+    pub budget: BTreeMap<String, BudgetStatus>,
+}
+
+/// An action's budget as reported.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BudgetStatus {
+    /// Whether the action is enabled.
+    pub enabled: bool,
+    /// The ledger's budget.
+    #[serde(flatten)]
+    pub budget: Budget,
+}
+
+/// The status file in `runtime_directory`.
+pub fn path(runtime_directory: &Path) -> PathBuf {
+    runtime_directory.join(STATUS_FILE)
+}
+
+/// Write the snapshot atomically.
+pub fn write(runtime_directory: &Path, snapshot: &Snapshot) -> std::io::Result<()> {
+    let json = serde_json::to_vec_pretty(snapshot).map_err(std::io::Error::other)?;
+    crate::ledger::write_atomically(&path(runtime_directory), &json)
+}
+
+/// Why status.json could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// No file: no daemon has run (since boot).
+    #[error("{0}: no daemon state (is pleg-guard running?)")]
+    Missing(PathBuf),
+    /// Unreadable or not status JSON.
+    #[error("{path}: {message}")]
+    Bad {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// Read the snapshot.
+pub fn read(runtime_directory: &Path) -> Result<Snapshot, ReadError> {
+    let p = path(runtime_directory);
+    let bytes = match std::fs::read(&p) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(ReadError::Missing(p)),
+        Err(e) => {
+            return Err(ReadError::Bad {
+                path: p,
+                message: e.to_string(),
+            });
+        }
+    };
+    serde_json::from_slice(&bytes).map_err(|e| ReadError::Bad {
+        path: p,
+        message: format!("not a pleg-guard status: {e}"),
+    })
+}

@@ -1,0 +1,194 @@
+//! The things pleg-guard watches (targets), the states a probe can find them in, and one
+//! probe's observation of a target. These are plain data: probes produce them, diagnosis,
+//! status.json and `diagnose` consume them.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// A component of the node whose health pleg-guard probes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Target {
+    /// The D-Bus system bus daemon itself.
+    Dbus,
+    /// PID 1, over the system bus and over its private socket.
+    Systemd,
+    /// systemd-logind (`org.freedesktop.login1`), which blocks ssh logins when it hangs.
+    Logind,
+    /// The docker engine API: what kubelet's PLEG relist calls.
+    Docker,
+    /// kubelet: its healthz endpoint and its own `PLEG is not healthy` log lines.
+    Kubelet,
+}
+
+impl Target {
+    /// Every target, in the order reports list them.
+    pub const ALL: [Target; 5] = [
+        Target::Dbus,
+        Target::Systemd,
+        Target::Logind,
+        Target::Docker,
+        Target::Kubelet,
+    ];
+
+    /// The contract's name of the target (`dbus`, `systemd`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            Target::Dbus => "dbus",
+            Target::Systemd => "systemd",
+            Target::Logind => "logind",
+            Target::Docker => "docker",
+            Target::Kubelet => "kubelet",
+        }
+    }
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What one probe call found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TargetState {
+    /// Answered correctly within `probe.slow_after`.
+    Ok,
+    /// Answered correctly, but slower than `probe.slow_after`. Not a failure.
+    Slow,
+    /// Did not answer within `probe.timeout`; the call was abandoned.
+    Unresponsive,
+    /// Answered, but with an error (or reported a problem of its own, such as PLEG lines).
+    Error,
+    /// Not installed, not configured or disabled: not a problem.
+    Absent,
+}
+
+impl TargetState {
+    /// The contract's name of the state.
+    pub fn name(self) -> &'static str {
+        match self {
+            TargetState::Ok => "ok",
+            TargetState::Slow => "slow",
+            TargetState::Unresponsive => "unresponsive",
+            TargetState::Error => "error",
+            TargetState::Absent => "absent",
+        }
+    }
+
+    /// Whether this observation counts as a failed round for the target.
+    pub fn is_failure(self) -> bool {
+        matches!(self, TargetState::Unresponsive | TargetState::Error)
+    }
+}
+
+impl fmt::Display for TargetState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The answer of one path to a target (a target may be reached more than one way:
+/// PID 1 over the bus and over its private socket).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PathResult {
+    /// What the call found.
+    pub state: TargetState,
+    /// How long the call took (up to the timeout, for an abandoned call).
+    #[serde(rename = "latency_ms", with = "duration_ms")]
+    pub latency: Duration,
+    /// A short human-readable explanation.
+    pub detail: String,
+}
+
+/// One probe's observation of one target in one round.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Observation {
+    /// Which target.
+    pub target: Target,
+    /// The state that counts for the target's health.
+    pub state: TargetState,
+    /// Latency of the call that decided `state`.
+    #[serde(rename = "latency_ms", with = "duration_ms")]
+    pub latency: Duration,
+    /// A short human-readable explanation.
+    pub detail: String,
+    /// Facts specific to the target that diagnosis needs.
+    #[serde(skip_serializing_if = "Facts::is_empty", default)]
+    pub facts: Facts,
+}
+
+/// Target-specific facts an observation carries beyond its state.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Facts {
+    /// `systemd`: PID 1 over the system bus.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bus: Option<PathResult>,
+    /// `systemd`: PID 1 over its private socket `/run/systemd/private`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub private: Option<PathResult>,
+    /// `systemd`: PID 1's `Version` property, as read by whichever path answered.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub systemd_version: Option<String>,
+    /// `docker`: containers in state `dead` (short id and name).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub dead_containers: Vec<ContainerRef>,
+    /// `docker`: how many containers `docker ps -a` listed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub containers: Option<usize>,
+    /// `kubelet`: the latest `PLEG is not healthy` line seen in the log window.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pleg_line: Option<String>,
+    /// `kubelet`: whether `/healthz` answered `ok` (None: not asked or unreachable).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub healthz_ok: Option<bool>,
+}
+
+impl Facts {
+    /// True when no fact is set (keeps JSON small).
+    pub fn is_empty(&self) -> bool {
+        *self == Facts::default()
+    }
+}
+
+/// A container named in a report: short id and name.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContainerRef {
+    /// The first 12 characters of the container id.
+    pub id: String,
+    /// The container's name, without docker's leading `/`.
+    pub name: String,
+}
+
+impl Observation {
+    /// An observation of a target that is not there (or disabled): not a problem.
+    pub fn absent(target: Target, detail: impl Into<String>) -> Self {
+        Observation {
+            target,
+            state: TargetState::Absent,
+            latency: Duration::ZERO,
+            detail: detail.into(),
+            facts: Facts::default(),
+        }
+    }
+}
+
+/// Serialise a `Duration` as whole milliseconds (the contract's `latency_ms`).
+pub mod duration_ms {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    /// Serialise as milliseconds.
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    }
+
+    /// Deserialise from milliseconds.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        Ok(Duration::from_millis(u64::deserialize(d)?))
+    }
+}
