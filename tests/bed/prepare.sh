@@ -1,0 +1,158 @@
+#!/bin/bash
+# Prepare the pleg-guard integration test bed on this host (run as root; idempotent; fast when
+# everything is already there). Installs the packages, makes sure dockerd answers, imports the
+# busybox image, removes what killed test runs left behind, and builds (once) the bed root
+# filesystem. The last line printed is ROOTFS=<path>; the path is also written to
+# /var/cache/pleg-guard-test/current-rootfs.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+CACHE=/var/cache/pleg-guard-test
+IMAGE=pleg-guard-test/busybox:latest
+PACKAGES=(docker.io systemd-container debootstrap busybox-static e2fsprogs)
+INCLUDE=systemd,systemd-sysv,dbus,libpam-systemd,procps,busybox
+DOCKER_LOCK=/run/pleg-guard-test-docker.lock
+export DEBIAN_FRONTEND=noninteractive
+
+die() { echo "prepare.sh: ERROR: $*" >&2; exit 1; }
+T0=$(date +%s.%N)
+step_start() { STEP=$1; S0=$(date +%s.%N); }
+step_done() { awk -v a="$S0" -v b="$(date +%s.%N)" -v s="$STEP" -v w="$1" 'BEGIN{printf "prepare: %-22s %-44s %6.1fs\n", s, w, b-a}'; }
+
+[ "$(id -u)" = 0 ] || die "must run as root (it installs packages, starts dockerd, builds a rootfs)"
+
+# --- packages -----------------------------------------------------------------------------------
+step_start packages
+missing=()
+for p in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    apt-get update -qq >/tmp/pleg-guard-test-apt.log 2>&1 || { cat /tmp/pleg-guard-test-apt.log >&2; die "apt-get update failed"; }
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >>/tmp/pleg-guard-test-apt.log 2>&1 \
+        || { tail -30 /tmp/pleg-guard-test-apt.log >&2; die "apt-get install ${missing[*]} failed"; }
+    step_done "installed ${missing[*]}"
+else
+    step_done "all present"
+fi
+for c in docker dockerd systemd-nspawn debootstrap chattr nsenter flock; do
+    command -v "$c" >/dev/null || die "$c not found after installing packages"
+done
+[ -x /bin/busybox ] || die "/bin/busybox (busybox-static) missing"
+
+# --- dockerd ------------------------------------------------------------------------------------
+step_start dockerd
+# a killed test run may have left dockerd/containerd SIGSTOPped: resume them (under the docker
+# lock so we never resume a dockerd that a running test stopped on purpose).
+resume_docker() {
+    for pid in $(pgrep -x dockerd) $(pgrep -x containerd); do
+        [ "$(awk '{print $3}' /proc/$pid/stat 2>/dev/null)" = T ] && { kill -CONT "$pid"; echo "prepare: resumed stopped pid $pid ($(cat /proc/$pid/comm))"; }
+    done
+    return 0
+}
+touch "$DOCKER_LOCK"
+exec 9>"$DOCKER_LOCK"
+HAVE_LOCK=0
+if flock -w 60 9; then HAVE_LOCK=1; resume_docker; else echo "prepare: docker lock busy for 60 s; not touching dockerd state"; fi
+if timeout 10 docker info >/dev/null 2>&1; then
+    step_done "already answering"
+else
+    if pgrep -x dockerd >/dev/null; then
+        echo "prepare: dockerd runs but does not answer; waiting for it"
+    else
+        setsid dockerd >>/var/log/pleg-guard-test-dockerd.log 2>&1 </dev/null 9>&- &
+    fi
+    ok=0
+    for _ in $(seq 1 60); do
+        if timeout 5 docker info >/dev/null 2>&1; then ok=1; break; fi
+        sleep 1
+    done
+    [ $ok = 1 ] || { tail -20 /var/log/pleg-guard-test-dockerd.log >&2; die "dockerd does not answer after 60 s (log: /var/log/pleg-guard-test-dockerd.log)"; }
+    step_done "started (log /var/log/pleg-guard-test-dockerd.log)"
+fi
+
+# --- image --------------------------------------------------------------------------------------
+step_start image
+if docker image inspect "$IMAGE" >/dev/null 2>&1; then
+    step_done "$IMAGE present"
+else
+    tmp=$(mktemp -d)
+    mkdir -p "$tmp/bin" "$tmp/tmp" "$tmp/etc"
+    cp /bin/busybox "$tmp/bin/busybox"
+    for a in $(/bin/busybox --list); do [ -e "$tmp/bin/$a" ] || ln -s busybox "$tmp/bin/$a"; done
+    tar -C "$tmp" -c . | docker import -c 'ENV PATH=/bin' - "$IMAGE" >/dev/null || { rm -rf "$tmp"; die "docker import failed"; }
+    rm -rf "$tmp"
+    step_done "imported $IMAGE"
+fi
+
+# --- leftovers of killed test runs ----------------------------------------------------------------
+# Names are pgt-<pid>-<n>; only those whose test process is gone are removed.
+step_start cleanup
+stale() { local pid=${1#pgt-}; pid=${pid%%-*}; [[ $pid =~ ^[0-9]+$ ]] && [ ! -d /proc/$pid ]; }
+removed=0
+if [ $HAVE_LOCK = 1 ]; then
+    for name in $(docker ps -a --filter name=pgt- --format '{{.Names}}'); do
+        stale "$name" || continue
+        upper=$(docker inspect -f '{{.GraphDriver.Data.UpperDir}}' "$name" 2>/dev/null || true)
+        [ -n "$upper" ] && [ -d "$upper" ] && chattr -R -i "$upper" 2>/dev/null || true
+        docker rm -f "$name" >/dev/null 2>&1 && removed=$((removed + 1)) || echo "prepare: could not remove stale container $name" >&2
+    done
+fi
+flock -u 9 2>/dev/null || true
+exec 9>&-
+# stale beds: systemd-nspawn --machine=pgt-<pid>-<n> whose test process is gone
+for pid in $(pgrep -x systemd-nspawn || true); do
+    m=$(tr '\0' '\n' </proc/$pid/cmdline 2>/dev/null | sed -n 's/^--machine=\(pgt-.*\)/\1/p')
+    [ -n "$m" ] && stale "$m" || continue
+    for c in $(pgrep -P "$pid"); do kill -KILL "$c" 2>/dev/null || true; done
+    kill -KILL "$pid" 2>/dev/null || true
+    removed=$((removed + 1))
+done
+step_done "removed $removed stale container(s)/bed(s)"
+
+# --- bed root filesystem ------------------------------------------------------------------------------
+step_start rootfs
+key=$( { cat "$HERE/customize-rootfs.sh"; echo "$INCLUDE"; } | sha256sum | cut -c1-16)
+ROOTFS=$CACHE/rootfs-$key
+mkdir -p "$CACHE"
+if [ -x "$ROOTFS/lib/systemd/systemd" ] && [ -e "$ROOTFS/.pleg-guard-bed-complete" ]; then
+    step_done "cached $ROOTFS"
+else
+    exec 8>"$CACHE/.build.lock"
+    flock -w 600 8 || die "another prepare.sh holds $CACHE/.build.lock for 10 minutes"
+    if [ -e "$ROOTFS/.pleg-guard-bed-complete" ]; then
+        step_done "built meanwhile by another run: $ROOTFS"
+    else
+        mirror=""
+        if [ -f /etc/apt/sources.list.d/debian.sources ]; then
+            mirror=$(awk '/^URIs:/{print $2; exit}' /etc/apt/sources.list.d/debian.sources)
+        fi
+        if [ -z "$mirror" ] && [ -f /etc/apt/sources.list ]; then
+            mirror=$(awk '$1=="deb"{for(i=2;i<=NF;i++) if($i ~ /^[a-z]+:\/\//){print $i; exit}}' /etc/apt/sources.list)
+        fi
+        [ -n "$mirror" ] || mirror=http://deb.debian.org/debian
+        tmpdir=$(mktemp -d "$CACHE/.build-XXXXXX")
+        log=$CACHE/debootstrap.log
+        echo "prepare: debootstrap bookworm from $mirror into $tmpdir (about 70 s; log $log)"
+        if ! debootstrap --variant=minbase --include="$INCLUDE" bookworm "$tmpdir" "$mirror" >"$log" 2>&1; then
+            tail -30 "$log" >&2
+            [ -f "$tmpdir/debootstrap/debootstrap.log" ] && tail -30 "$tmpdir/debootstrap/debootstrap.log" >&2
+            rm -rf "$tmpdir"
+            die "debootstrap failed (log $log)"
+        fi
+        "$HERE/customize-rootfs.sh" "$tmpdir" || { rm -rf "$tmpdir"; die "customize-rootfs.sh failed"; }
+        rm -rf "$tmpdir/var/cache/apt/archives/"*.deb
+        touch "$tmpdir/.pleg-guard-bed-complete"
+        rm -rf "$ROOTFS"
+        mv -T "$tmpdir" "$ROOTFS" || { rm -rf "$tmpdir"; die "could not rename $tmpdir to $ROOTFS"; }
+        # builds for older customisations are ~250 MB each: drop them
+        for old in "$CACHE"/rootfs-*; do
+            [ "$old" = "$ROOTFS" ] || { rm -rf "$old" && echo "prepare: removed old $old"; }
+        done
+        step_done "built $ROOTFS"
+    fi
+    exec 8>&-
+fi
+echo "$ROOTFS" > "$CACHE/current-rootfs"
+awk -v a="$T0" -v b="$(date +%s.%N)" 'BEGIN{printf "prepare: total %.1fs\n", b-a}'
+echo "ROOTFS=$ROOTFS"
