@@ -299,15 +299,22 @@ impl Diagnosis {
             ));
         } else {
             if bad(Target::Systemd) {
-                let private_ok = obs(Target::Systemd)
-                    .and_then(|o| o.facts.private.as_ref())
-                    .is_some_and(|p| !p.state.is_failure());
-                let id = if private_ok {
-                    FindingId::SystemdBusWedge
-                } else {
-                    FindingId::SystemdUnresponsive
+                let facts = obs(Target::Systemd).map(|o| &o.facts);
+                let answers = |p: Option<&crate::target::PathResult>| {
+                    p.is_some_and(|p| !p.state.is_failure())
                 };
-                out.push((id, Target::Systemd, detail(Target::Systemd)));
+                let bus_ok = answers(facts.and_then(|f| f.bus.as_ref()));
+                let private_ok = answers(facts.and_then(|f| f.private.as_ref()));
+                // PID 1 failing only on its private socket is reported as the target's state;
+                // it is neither the bus bug nor a frozen PID 1.
+                let id = match (bus_ok, private_ok) {
+                    (false, true) => Some(FindingId::SystemdBusWedge),
+                    (false, false) => Some(FindingId::SystemdUnresponsive),
+                    (true, _) => None,
+                };
+                if let Some(id) = id {
+                    out.push((id, Target::Systemd, detail(Target::Systemd)));
+                }
             }
             if bad(Target::Logind) {
                 out.push((
@@ -479,6 +486,17 @@ mod tests {
         o.facts.private = path(TargetState::Unresponsive);
         d.update(&round(0, vec![o]), None, t(0));
         assert_eq!(ids(&d), vec![FindingId::SystemdUnresponsive]);
+    }
+
+    #[test]
+    fn private_socket_failing_alone_is_no_bus_wedge() {
+        let mut d = Diagnosis::new(1);
+        let mut o = obs(Target::Systemd, TargetState::Error);
+        o.facts.bus = path(TargetState::Ok);
+        o.facts.private = path(TargetState::Error);
+        d.update(&round(0, vec![o]), None, t(0));
+        assert!(ids(&d).is_empty());
+        assert!(d.degraded(), "the target itself is still unhealthy");
     }
 
     #[test]

@@ -1,15 +1,14 @@
 //! Tier 1, `purge-dead-containers`: force-remove every container in state `dead`, and
-//! nothing else. Each candidate is inspected again right before its removal, so a container
-//! that changed state since the listing is left alone.
+//! nothing else. Each candidate is inspected right before its removal and removed only if its
+//! state is `dead` then, so a container that changed state since the listing is left alone.
 
 use std::path::Path;
 use std::time::Duration;
 
-use bollard::models::{ContainerStateStatusEnum, ContainerSummaryStateEnum};
 use bollard::query_parameters::{ListContainersOptions, RemoveContainerOptions};
 
 use super::ActionReport;
-use crate::probe::docker::{connect, container_ref};
+use crate::probe::docker::{connect, container_ref, is_dead, may_be_dead};
 
 /// Remove the dead containers of the engine at `socket`; each docker call is bounded by
 /// `timeout`.
@@ -31,23 +30,16 @@ pub async fn run(socket: &Path, timeout: Duration) -> ActionReport {
     };
     let options = ListContainersOptions {
         all: true,
-        filters: Some(
-            [("status".to_owned(), vec!["dead".to_owned()])]
-                .into_iter()
-                .collect(),
-        ),
         ..Default::default()
     };
     let listed = match tokio::time::timeout(timeout, docker.list_containers(Some(options))).await {
         Ok(Ok(list)) => list,
-        Ok(Err(e)) => return ActionReport::failed(format!("listing dead containers: {e}")),
-        Err(_) => return ActionReport::failed("listing dead containers: no answer"),
+        Ok(Err(e)) => return ActionReport::failed(format!("listing containers: {e}")),
+        Err(_) => return ActionReport::failed("listing containers: no answer"),
     };
     // The filter is the engine's; the state check is ours. Both must agree.
-    let candidates: Vec<_> = listed
-        .iter()
-        .filter(|c| c.state == Some(ContainerSummaryStateEnum::DEAD))
-        .collect();
+    // The listing names candidates; the inspected state right before removal decides.
+    let candidates: Vec<_> = listed.iter().filter(|c| may_be_dead(c)).collect();
     if candidates.is_empty() {
         return ActionReport::ok("no dead containers left to remove");
     }
@@ -58,13 +50,11 @@ pub async fn run(socket: &Path, timeout: Duration) -> ActionReport {
         let r = container_ref(c);
         let Some(id) = c.id.as_deref() else { continue };
         let label = format!("{} ({})", r.name, r.id);
-        match tokio::time::timeout(timeout, docker.inspect_container(id, None)).await {
-            Ok(Ok(info)) => {
-                let state = info.state.as_ref().and_then(|s| s.status);
-                if state != Some(ContainerStateStatusEnum::DEAD) {
-                    tracing::info!(container = %label, ?state, "no longer dead; left alone");
-                    continue;
-                }
+        match tokio::time::timeout(timeout, is_dead(&docker, id)).await {
+            Ok(Ok(true)) => {}
+            Ok(Ok(false)) => {
+                tracing::info!(container = %label, "not dead; left alone");
+                continue;
             }
             Ok(Err(e)) => {
                 failed.push(format!("{label}: inspect: {e}"));

@@ -12,25 +12,23 @@ use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::ActionReport;
-use crate::probe::systemd::{connect_private, manager};
+use crate::pid1::{Pid1, Route};
 
 /// How long to wait for PID 1's confirmation after each path.
 const CONFIRM_WITHIN: Duration = Duration::from_secs(15);
 
 /// The ways to reach PID 1, in the order they are tried.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Path1 {
-    Private,
-    Bus,
+enum Way {
+    Call(Route),
     Sigterm,
 }
 
-impl Path1 {
+impl Way {
     fn name(self) -> &'static str {
         match self {
-            Path1::Private => "private socket",
-            Path1::Bus => "system bus",
-            Path1::Sigterm => "SIGTERM to PID 1",
+            Way::Call(r) => r.name(),
+            Way::Sigterm => "SIGTERM to PID 1",
         }
     }
 }
@@ -38,68 +36,66 @@ impl Path1 {
 /// Re-execute PID 1. `timeout` bounds each call.
 pub async fn run(private_socket: &Path, bus_socket: &Path, timeout: Duration) -> ActionReport {
     let mut notes = Vec::new();
-    for path in [Path1::Private, Path1::Bus, Path1::Sigterm] {
+    for way in [
+        Way::Call(Route::Private),
+        Way::Call(Route::Bus),
+        Way::Sigterm,
+    ] {
         let since = SystemTime::now() - Duration::from_secs(1);
-        match send(path, private_socket, bus_socket, timeout).await {
+        match send(way, private_socket, bus_socket, timeout).await {
             Ok(how) => {
-                tracing::info!(path = path.name(), how = %how, "asked PID 1 to re-execute");
+                tracing::info!(path = way.name(), how = %how, "asked PID 1 to re-execute");
                 match confirm(since).await {
                     Ok(()) => {
                         let mut detail = format!(
                             "PID 1 re-executed via {} (confirmed by its \"Reexecuting.\" journal line)",
-                            path.name()
+                            way.name()
                         );
                         if !notes.is_empty() {
                             detail.push_str(&format!("; before that: {}", notes.join("; ")));
                         }
                         return ActionReport::ok(detail);
                     }
-                    Err(e) => notes.push(format!("{}: sent ({how}) but {e}", path.name())),
+                    Err(e) => notes.push(format!("{}: sent ({how}) but {e}", way.name())),
                 }
             }
-            Err(e) => notes.push(format!("{}: {e}", path.name())),
+            Err(e) => notes.push(format!("{}: {e}", way.name())),
         }
     }
     ActionReport::failed(format!("PID 1 did not re-execute: {}", notes.join("; ")))
 }
 
-/// Send the request by one path. `Ok` says how it went (a reply, a dropped connection, no
+/// Send the request one way. `Ok` says how it went (a reply, a dropped connection, no
 /// answer): all of them mean the request left.
 async fn send(
-    path: Path1,
+    way: Way,
     private_socket: &Path,
     bus_socket: &Path,
     timeout: Duration,
 ) -> Result<String, String> {
-    match path {
-        Path1::Private | Path1::Bus => {
-            let connect = async {
-                if path == Path1::Private {
-                    connect_private(private_socket).await
-                } else {
-                    crate::probe::dbus::connect(bus_socket).await
-                }
-            };
-            let conn = match tokio::time::timeout(timeout, connect).await {
+    match way {
+        Way::Call(route) => {
+            let mut pid1 = match tokio::time::timeout(
+                timeout,
+                Pid1::connect(route, private_socket, bus_socket),
+            )
+            .await
+            {
                 Ok(Ok(c)) => c,
                 Ok(Err(e)) => return Err(format!("connect: {e}")),
                 Err(_) => return Err("connect: no answer".into()),
             };
-            let call = async {
-                let m = manager(&conn).await?;
-                m.reexecute().await
-            };
-            match tokio::time::timeout(timeout, call).await {
+            match tokio::time::timeout(timeout, pid1.reexecute()).await {
                 Ok(Ok(())) => Ok("PID 1 replied".into()),
-                Ok(Err(e)) if is_disconnect(&e) => {
+                Ok(Err(e)) if e.disconnected => {
                     Ok("PID 1 dropped the connection, as it does".into())
                 }
                 Ok(Err(e)) => Err(format!("Reexecute refused: {e}")),
                 Err(_) => Ok("no reply before the timeout".into()),
             }
         }
-        Path1::Sigterm => {
-            // SAFETY: kill(2) with a constant pid and signal has no memory-safety concerns.
+        Way::Sigterm => {
+            // SAFETY: kill(2) with a constant pid and signal touches no memory.
             let rc = unsafe { libc::kill(1, libc::SIGTERM) };
             if rc == 0 {
                 Ok("signal delivered".into())
@@ -111,16 +107,6 @@ async fn send(
             }
         }
     }
-}
-
-fn is_disconnect(e: &zbus::Error) -> bool {
-    let s = e.to_string().to_lowercase();
-    matches!(e, zbus::Error::InputOutput(_))
-        || s.contains("disconnect")
-        || s.contains("connection")
-        || s.contains("broken pipe")
-        || s.contains("reset")
-        || s.contains("eof")
 }
 
 /// Wait for PID 1's `Reexecuting.` journal line written since `since`.

@@ -5,10 +5,8 @@
 use std::path::Path;
 use std::time::Duration;
 
-use zbus_systemd::systemd1::UnitProxy;
-
 use super::ActionReport;
-use crate::probe::systemd::{connect_private, manager};
+use crate::pid1::{Pid1, Route};
 
 /// How long kubelet may take to be active again.
 const ACTIVE_WITHIN: Duration = Duration::from_secs(60);
@@ -21,33 +19,24 @@ pub async fn restart_unit(
     timeout: Duration,
 ) -> ActionReport {
     let mut notes = Vec::new();
-    for (name, private) in [("private socket", true), ("system bus", false)] {
-        let connect = async {
-            if private {
-                connect_private(private_socket).await
-            } else {
-                crate::probe::dbus::connect(bus_socket).await
-            }
-        };
-        let conn = match tokio::time::timeout(timeout, connect).await {
-            Ok(Ok(c)) => c,
-            Ok(Err(e)) => {
-                notes.push(format!("{name}: connect: {e}"));
-                continue;
-            }
-            Err(_) => {
-                notes.push(format!("{name}: connect: no answer"));
-                continue;
-            }
-        };
-        let call = async {
-            let m = manager(&conn).await?;
-            m.restart_unit(unit.to_owned(), "replace".to_owned())
-                .await?;
-            m.get_unit(unit.to_owned()).await
-        };
-        let unit_path = match tokio::time::timeout(timeout, call).await {
-            Ok(Ok(p)) => p,
+    for route in [Route::Private, Route::Bus] {
+        let name = route.name();
+        let mut pid1 =
+            match tokio::time::timeout(timeout, Pid1::connect(route, private_socket, bus_socket))
+                .await
+            {
+                Ok(Ok(c)) => c,
+                Ok(Err(e)) => {
+                    notes.push(format!("{name}: connect: {e}"));
+                    continue;
+                }
+                Err(_) => {
+                    notes.push(format!("{name}: connect: no answer"));
+                    continue;
+                }
+            };
+        match tokio::time::timeout(timeout, pid1.restart_unit(unit)).await {
+            Ok(Ok(())) => {}
             Ok(Err(e)) => {
                 notes.push(format!("{name}: RestartUnit: {e}"));
                 continue;
@@ -56,20 +45,12 @@ pub async fn restart_unit(
                 notes.push(format!("{name}: RestartUnit: no answer"));
                 continue;
             }
-        };
-        // Wait for the unit to be active again.
+        }
+        // The job is queued: wait for the unit to be active again.
         let deadline = tokio::time::Instant::now() + ACTIVE_WITHIN;
         let mut state = String::from("unknown");
         loop {
-            let read = async {
-                let p = UnitProxy::builder(&conn)
-                    .path(unit_path.clone())
-                    .cache_properties(zbus::proxy::CacheProperties::No)
-                    .build()
-                    .await?;
-                p.active_state().await
-            };
-            if let Ok(Ok(s)) = tokio::time::timeout(timeout, read).await {
+            if let Ok(Ok(s)) = tokio::time::timeout(timeout, pid1.active_state(unit)).await {
                 state = s;
             }
             if state == "active" {

@@ -116,15 +116,36 @@ async fn list(docker: &Docker) -> anyhow::Result<Listing> {
     if let Some(id) = containers.first().and_then(|c| c.id.as_deref()) {
         docker.inspect_container(id, None).await?;
     }
-    let dead = containers
-        .iter()
-        .filter(|c| c.state == Some(ContainerSummaryStateEnum::DEAD))
-        .map(container_ref)
-        .collect();
+    let mut dead = Vec::new();
+    for c in containers.iter().filter(|c| may_be_dead(c)) {
+        if let Some(id) = c.id.as_deref() {
+            if is_dead(docker, id).await? {
+                dead.push(container_ref(c));
+            }
+        }
+    }
     Ok(Listing {
         total: containers.len(),
         dead,
     })
+}
+
+/// Whether a listed container may be dead. The listing is not enough either way: after a
+/// failed removal docker (20.10 at least) keeps listing the container as `removing`
+/// ("Removal In Progress") while its inspected state is `dead`, so both are candidates and
+/// [`is_dead`] decides.
+pub fn may_be_dead(c: &bollard::models::ContainerSummary) -> bool {
+    matches!(
+        c.state,
+        Some(ContainerSummaryStateEnum::DEAD) | Some(ContainerSummaryStateEnum::REMOVING)
+    )
+}
+
+/// Whether the container's inspected state is `dead`.
+pub async fn is_dead(docker: &Docker, id: &str) -> Result<bool, bollard::errors::Error> {
+    let info = docker.inspect_container(id, None).await?;
+    Ok(info.state.as_ref().and_then(|s| s.status)
+        == Some(bollard::models::ContainerStateStatusEnum::DEAD))
 }
 
 /// Short id and name of a listed container.

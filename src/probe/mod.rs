@@ -14,6 +14,8 @@ pub mod logind;
 pub mod systemd;
 
 use std::future::Future;
+
+use futures_util::FutureExt;
 use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
@@ -71,56 +73,70 @@ impl Prober {
     /// Probe every target once, concurrently. Returns within about `probe.timeout`.
     pub async fn round(&mut self) -> Round {
         let at = SystemTime::now();
-        let deadline = Instant::now() + self.timeout;
+        let start = Instant::now();
+        let deadline = start + self.timeout;
         let slow = self.slow_after;
 
-        // The bus connection is shared by the three bus targets; it is (re)made first, under
-        // the same deadline, so a hung bus daemon costs one connect per round.
-        // A node without a bus (or with the bus probes disabled) has no bus failure either.
-        let (bus_conn, bus_failure) = if self.bus.enabled() && self.bus.socket_exists() {
-            match bounded(deadline, self.bus.connection()).await {
-                Ok(Ok(conn)) => (Some(conn), None),
-                Ok(Err(e)) => (None, Some(Failure::Error(format!("system bus: {e}")))),
-                Err(()) => (None, Some(Failure::Timeout)),
+        // The bus connection is shared by the three bus targets. It is (re)made once per
+        // round under the same deadline, concurrently with everything that does not need it
+        // (PID 1's private socket, docker, kubelet), so a hung bus daemon costs one connect
+        // per round and delays nothing else. A node without a bus has no bus failure either.
+        let bus_enabled = self.bus.enabled();
+        let bus_present = self.bus.socket_exists();
+        let bus_socket = self.bus.socket().to_path_buf();
+        let bus = &mut self.bus;
+        let connect = async move {
+            if !(bus_enabled && bus_present) {
+                return BusState::Absent;
             }
-        } else {
-            (None, None)
-        };
+            match bounded(deadline, bus.connection()).await {
+                Ok(Ok(conn)) => BusState::Up(conn),
+                Ok(Err(e)) => BusState::Failed(Failure::Error(format!("system bus: {e}"))),
+                Err(()) => BusState::Failed(Failure::Timeout),
+            }
+        }
+        .shared();
 
-        let dbus_fut = async {
-            if !self.bus.enabled() {
-                return Observation::absent(Target::Dbus, "disabled in config");
-            }
-            if !self.bus.socket_exists() {
-                return Observation::absent(
-                    Target::Dbus,
-                    format!("no system bus at {}", self.bus.socket().display()),
-                );
-            }
-            match (&bus_conn, &bus_failure) {
-                (Some(conn), _) => {
-                    let r = timed(deadline, slow, dbus::get_id(conn)).await;
-                    observation(Target::Dbus, r)
+        let dbus_fut = {
+            let connect = connect.clone();
+            async move {
+                if !bus_enabled {
+                    return Observation::absent(Target::Dbus, "disabled in config");
                 }
-                (None, Some(f)) => observation(Target::Dbus, f.clone().into_path(deadline)),
-                (None, None) => Observation::absent(Target::Dbus, "no system bus"),
+                if !bus_present {
+                    return Observation::absent(
+                        Target::Dbus,
+                        format!("no system bus at {}", bus_socket.display()),
+                    );
+                }
+                match connect.await {
+                    BusState::Up(conn) => observation(
+                        Target::Dbus,
+                        timed(deadline, slow, dbus::get_id(&conn)).await,
+                    ),
+                    BusState::Failed(f) => observation(
+                        Target::Dbus,
+                        f.into_path(start, "connecting to the system bus"),
+                    ),
+                    BusState::Absent => Observation::absent(Target::Dbus, "no system bus"),
+                }
             }
         };
-        let systemd_fut = self
-            .systemd
-            .probe(deadline, slow, bus_conn.clone(), bus_failure.clone());
-        let logind_fut = async {
-            if !self.logind_enabled {
-                return Observation::absent(Target::Logind, "disabled in config");
-            }
-            match (&bus_conn, &bus_failure) {
-                (Some(conn), _) => logind::probe(conn, deadline, slow).await,
-                (None, Some(Failure::Timeout)) => observation(
-                    Target::Logind,
-                    Failure::Error("system bus did not answer".into()).into_path(deadline),
-                ),
-                (None, Some(f)) => observation(Target::Logind, f.clone().into_path(deadline)),
-                (None, None) => Observation::absent(Target::Logind, "no system bus"),
+        let systemd_fut = self.systemd.probe(deadline, slow, start, connect.clone());
+        let logind_enabled = self.logind_enabled;
+        let logind_fut = {
+            let connect = connect.clone();
+            async move {
+                if !logind_enabled {
+                    return Observation::absent(Target::Logind, "disabled in config");
+                }
+                match connect.await {
+                    BusState::Up(conn) => logind::probe(&conn, deadline, slow).await,
+                    BusState::Failed(f) => {
+                        observation(Target::Logind, f.into_path(start, "the system bus"))
+                    }
+                    BusState::Absent => Observation::absent(Target::Logind, "no system bus"),
+                }
             }
         };
         let docker_fut = self.docker.probe(deadline, slow);
@@ -130,7 +146,8 @@ impl Prober {
             tokio::join!(dbus_fut, systemd_fut, logind_fut, docker_fut, kubelet_fut);
 
         // A failed bus call may have left the shared connection wedged: start afresh.
-        if dbus_obs.state.is_failure() || bus_failure.is_some() {
+        let bus_failed = matches!(connect.await, BusState::Failed(_));
+        if dbus_obs.state.is_failure() || bus_failed {
             self.bus.reset();
         }
         Round {
@@ -145,6 +162,17 @@ impl Prober {
     }
 }
 
+/// The shared system bus connection's state in a round.
+#[derive(Clone)]
+pub enum BusState {
+    /// No bus on this node (or the bus probes are disabled).
+    Absent,
+    /// Connected.
+    Up(zbus::Connection),
+    /// Connecting failed.
+    Failed(Failure),
+}
+
 /// Why a call produced no answer.
 #[derive(Debug, Clone)]
 pub enum Failure {
@@ -155,17 +183,18 @@ pub enum Failure {
 }
 
 impl Failure {
-    /// A path result for a failure that happened before the call itself (e.g. connecting).
-    pub fn into_path(self, deadline: Instant) -> PathResult {
-        let latency = match self {
-            Failure::Timeout => deadline.saturating_duration_since(Instant::now()),
-            Failure::Error(_) => Duration::ZERO,
-        };
+    /// A path result for a failure that happened before the call itself: `what` failed
+    /// (e.g. "connecting to the system bus"); latency counts from the round's `start`.
+    pub fn into_path(self, start: Instant, what: &str) -> PathResult {
+        let latency = start.elapsed();
         match self {
             Failure::Timeout => PathResult {
                 state: TargetState::Unresponsive,
                 latency,
-                detail: "no answer before the timeout".into(),
+                detail: format!(
+                    "{what}: no answer within {}; call abandoned",
+                    humantime::format_duration(round_ms(latency))
+                ),
             },
             Failure::Error(e) => PathResult {
                 state: TargetState::Error,

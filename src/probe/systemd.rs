@@ -5,20 +5,22 @@
 //! The two paths together tell the systemd bus bug (issue 11809) apart from a dead bus: with
 //! the bug, the bus answers, PID 1 on the bus does not, PID 1 on the private socket does.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use tokio::time::Instant;
 use zbus::Connection;
-use zbus_systemd::systemd1::ManagerProxy;
 
-use super::{Failure, bounded, timed};
+use std::future::Future;
+
+use super::{BusState, bounded, timed};
+use crate::pid1::{Pid1, Pid1Error, Route};
 use crate::target::{Facts, Observation, PathResult, Target, TargetState};
 
 /// Probes PID 1 and keeps the private-socket connection between rounds.
 pub struct SystemdProbe {
     private_socket: PathBuf,
-    private: Option<Connection>,
+    private: Option<Pid1>,
 }
 
 impl SystemdProbe {
@@ -30,82 +32,60 @@ impl SystemdProbe {
         }
     }
 
-    /// Probe both paths concurrently. `bus` is the shared system bus connection when one
-    /// could be made this round, else `bus_failure` says why not.
+    /// Probe both paths concurrently. `bus` yields the round's shared system bus connection
+    /// (the private path does not wait for it).
     pub async fn probe(
         &mut self,
         deadline: Instant,
         slow_after: Duration,
-        bus: Option<Connection>,
-        bus_failure: Option<Failure>,
+        start: Instant,
+        bus: impl Future<Output = BusState>,
     ) -> Observation {
         let socket_exists = self.private_socket.exists();
         let bus_path = async {
-            match (bus, bus_failure) {
-                (Some(conn), _) => Some(timed(deadline, slow_after, version(conn)).await),
-                (None, Some(f)) => Some(f.into_path(deadline)),
-                (None, None) => None,
+            match bus.await {
+                BusState::Up(conn) => Some(timed(deadline, slow_after, version(conn)).await),
+                BusState::Failed(f) => Some(f.into_path(start, "the system bus")),
+                BusState::Absent => None,
             }
         };
         let private_socket = self.private_socket.clone();
-        let cached = self.private.clone();
+        let mut cached = self.private.take();
         let private_path = async {
             if !socket_exists {
-                return (None, None);
+                return None;
             }
-            let mut made = None;
             let path = timed(deadline, slow_after, async {
-                let conn = match cached {
+                let conn = match cached.as_mut() {
                     Some(c) => c,
-                    None => {
-                        let c = connect_private(&private_socket).await?;
-                        made = Some(c.clone());
-                        c
-                    }
+                    None => cached.insert(
+                        Pid1::connect(Route::Private, &private_socket, Path::new("")).await?,
+                    ),
                 };
-                version(conn).await
+                conn.version().await.map(|v| format!("version {v}"))
             })
             .await;
-            (Some(path), made)
+            Some(path)
         };
-        let (bus_result, (private_result, made)) = tokio::join!(bus_path, private_path);
+        let (bus_result, private_result) = tokio::join!(bus_path, private_path);
 
-        match &private_result {
-            Some(p) if !p.state.is_failure() => {
-                if made.is_some() {
-                    self.private = made;
-                }
-            }
-            _ => self.private = None,
+        // Keep the connection only after a good answer: an abandoned call may leave a reply
+        // in flight, and a fresh connection is cheap.
+        if private_result
+            .as_ref()
+            .is_some_and(|p| !p.state.is_failure())
+        {
+            self.private = cached;
         }
         summarize(bus_result, private_result)
     }
 }
 
-/// Open a peer-to-peer D-Bus connection to PID 1's private socket (no `Hello`: there is no
-/// bus daemon on the other end).
-pub async fn connect_private(socket: &std::path::Path) -> Result<Connection, zbus::Error> {
-    let address = format!("unix:path={}", socket.display());
-    zbus::connection::Builder::address(address.as_str())
-        .p2p()
-        .build()
-        .await
-}
-
-/// PID 1's `Version` property, read without property caching (a cached value would probe
-/// nothing).
-async fn version(conn: Connection) -> Result<String, zbus::Error> {
-    let proxy = manager(&conn).await?;
-    let v = proxy.version().await?;
+/// PID 1's `Version` property over the bus, read without property caching (a cached value
+/// would probe nothing).
+async fn version(conn: Connection) -> Result<String, Pid1Error> {
+    let v = Pid1::Bus(conn).version().await?;
     Ok(format!("version {v}"))
-}
-
-/// A `org.freedesktop.systemd1.Manager` proxy that caches nothing.
-pub async fn manager(conn: &Connection) -> Result<ManagerProxy<'static>, zbus::Error> {
-    ManagerProxy::builder(conn)
-        .cache_properties(zbus::proxy::CacheProperties::No)
-        .build()
-        .await
 }
 
 /// Combine the two paths into one observation: the target is as bad as its worse path (a
