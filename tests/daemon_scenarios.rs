@@ -1,0 +1,374 @@
+//! The daemon's brain against the real bed: pleg-guard runs as a real systemd service in a
+//! booted bed, a real fault is injected, and the journal must show the right repair — once,
+//! within its budget, and nothing on a node in observe mode.
+
+mod support;
+
+use support::*;
+
+/// Fast rounds for tests (`extra` holds top-level keys); `when = "always"` because the bed's systemd 252 is not affected by
+/// the bus bug (the bed's `resume_logind_on_reexec` stands in for a bug that reexec cures).
+fn config(extra: &str) -> String {
+    format!(
+        r#"{extra}
+interval = "1s"
+startup_grace = "0s"
+
+[probe]
+timeout = "1s"
+slow_after = "500ms"
+unhealthy_after = 2
+
+[kubelet]
+pleg_log_window = "8s"
+
+[actions.purge_dead_containers]
+settle = "2s"
+
+[actions.daemon_reexec]
+when = "always"
+settle = "3s"
+
+[actions.restart_kubelet]
+settle = "5s"
+"#
+    )
+}
+
+/// Entries of pleg-guard with this event (and action, when given).
+fn events(bed: &Bed, event: &str, action: Option<&str>) -> usize {
+    let mut args = vec![
+        "-u".to_owned(),
+        "pleg-guard".to_owned(),
+        format!("PLEG_GUARD_EVENT={event}"),
+    ];
+    if let Some(a) = action {
+        args.push(format!("PLEG_GUARD_ACTION={a}"));
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    bed.journal(&args)
+        .iter()
+        .filter(|e| field(e, "PLEG_GUARD_EVENT") == Some(event))
+        .filter(|e| action.is_none_or(|a| field(e, "PLEG_GUARD_ACTION") == Some(a)))
+        .count()
+}
+
+fn start(bed: &Bed, extra: &str) {
+    bed.install_pleg_guard(&config(extra));
+    bed.start_pleg_guard();
+}
+
+#[test]
+fn purges_exactly_the_dead_containers() {
+    let Some(env) = require_bed() else { return };
+    let _docker = docker_lock();
+    let dead1 = DeadContainer::create(&unique_name("dead1"));
+    let dead2 = DeadContainer::create(&unique_name("dead2"));
+    let running = TestContainer::running(&unique_name("running"));
+    let exited = TestContainer::exited(&unique_name("exited"));
+    dead1.release();
+    dead2.release();
+    let bed = Bed::boot(&env, BedOptions::with_pleg_guard_and_docker());
+    start(&bed, "");
+
+    let done = bed.wait_event(
+        "action-succeeded",
+        &[("PLEG_GUARD_ACTION", "purge-dead-containers")],
+        secs(30),
+    );
+    let msg = field(&done, "MESSAGE").unwrap_or("");
+    assert!(
+        msg.contains(&dead1.name) && msg.contains(&dead2.name),
+        "{msg}"
+    );
+    assert_eq!(docker_state(&dead1.name), None);
+    assert_eq!(docker_state(&dead2.name), None);
+    assert_eq!(docker_state(&running.name).as_deref(), Some("running"));
+    assert_eq!(docker_state(&exited.name).as_deref(), Some("exited"));
+    bed.wait_event(
+        "symptom-cleared",
+        &[("PLEG_GUARD_ACTION", "purge-dead-containers")],
+        secs(15),
+    );
+    assert_eq!(
+        events(&bed, "action-started", Some("purge-dead-containers")),
+        1
+    );
+    // The finding and the start are logged with the contract's fields.
+    bed.wait_event(
+        "finding",
+        &[
+            ("PLEG_GUARD_FINDING", "dead-containers"),
+            ("PLEG_GUARD_TARGET", "docker"),
+        ],
+        secs(1),
+    );
+}
+
+#[test]
+fn undeletable_dead_container_fails_then_is_rate_limited() {
+    let Some(env) = require_bed() else { return };
+    let _docker = docker_lock();
+    let dead = DeadContainer::create(&unique_name("stuck"));
+    let bed = Bed::boot(&env, BedOptions::with_pleg_guard_and_docker());
+    start(&bed, "");
+
+    let failed = bed.wait_event(
+        "action-failed",
+        &[("PLEG_GUARD_ACTION", "purge-dead-containers")],
+        secs(30),
+    );
+    assert!(field(&failed, "MESSAGE").unwrap_or("").contains(&dead.name));
+    let held = bed.wait_event(
+        "action-suppressed",
+        &[("PLEG_GUARD_ACTION", "purge-dead-containers")],
+        secs(10),
+    );
+    assert!(
+        field(&held, "MESSAGE")
+            .unwrap_or("")
+            .contains("next run allowed at")
+    );
+    std::thread::sleep(secs(4));
+    assert_eq!(
+        events(&bed, "action-started", Some("purge-dead-containers")),
+        1
+    );
+    assert_eq!(
+        events(&bed, "action-suppressed", Some("purge-dead-containers")),
+        1,
+        "suppression is logged once, not every round"
+    );
+    assert_eq!(bed.unit_property("pleg-guard", "ActiveState"), "active");
+    assert_eq!(docker_state(&dead.name).as_deref(), Some("dead"));
+    let status = bed.status_json();
+    assert_eq!(
+        status["budget"]["purge-dead-containers"]["remaining"], 23,
+        "{status:#}"
+    );
+    assert!(
+        status["budget"]["purge-dead-containers"]["next_allowed_at"].is_string(),
+        "{status:#}"
+    );
+    assert_eq!(status["state"], "degraded", "{status:#}");
+}
+
+#[test]
+fn reexec_cures_a_stuck_logind_once() {
+    let Some(env) = require_bed() else { return };
+    let bed = Bed::boot(&env, BedOptions::with_pleg_guard());
+    start(&bed, "");
+    bed.resume_logind_on_reexec();
+    bed.stop_logind();
+
+    bed.wait_event(
+        "finding",
+        &[("PLEG_GUARD_FINDING", "logind-unresponsive")],
+        secs(20),
+    );
+    let ok = bed.wait_event(
+        "action-succeeded",
+        &[("PLEG_GUARD_ACTION", "daemon-reexec")],
+        secs(40),
+    );
+    assert!(
+        field(&ok, "MESSAGE")
+            .unwrap_or("")
+            .contains("via private socket"),
+        "{ok:?}"
+    );
+    bed.wait_event(
+        "symptom-cleared",
+        &[("PLEG_GUARD_ACTION", "daemon-reexec")],
+        secs(20),
+    );
+    bed.wait_event(
+        "target-recovered",
+        &[("PLEG_GUARD_TARGET", "logind")],
+        secs(5),
+    );
+    std::thread::sleep(secs(4));
+    assert_eq!(bed.reexec_count(), 1, "exactly one reexec");
+    assert_eq!(events(&bed, "action-started", Some("daemon-reexec")), 1);
+    let status = bed.status_json();
+    assert_eq!(status["state"], "healthy", "{status:#}");
+    assert_eq!(
+        status["actions"][0]["action"], "daemon-reexec",
+        "{status:#}"
+    );
+    assert_eq!(status["actions"][0]["outcome"], "succeeded", "{status:#}");
+    assert_eq!(status["actions"][0]["symptom"], "cleared", "{status:#}");
+}
+
+#[test]
+fn reexecs_stop_at_the_budget_when_logind_stays_stuck() {
+    let Some(env) = require_bed() else { return };
+    let bed = Bed::boot(&env, BedOptions::with_pleg_guard());
+    start(&bed, "");
+    // Two a day, one second apart (the drop-in below overrides the base config).
+    bed.write_file(
+        "/etc/pleg-guard/config.d/50-budget.toml",
+        "[actions.daemon_reexec]\nmin_interval = \"1s\"\nmax_per_day = 2\n",
+    );
+    bed.sh_ok("systemctl reload pleg-guard");
+    bed.stop_logind();
+
+    bed.wait_event(
+        "action-suppressed",
+        &[("PLEG_GUARD_ACTION", "daemon-reexec")],
+        secs(90),
+    );
+    std::thread::sleep(secs(5));
+    assert_eq!(events(&bed, "action-started", Some("daemon-reexec")), 2);
+    assert_eq!(events(&bed, "symptom-persisted", Some("daemon-reexec")), 2);
+    assert_eq!(bed.reexec_count(), 2);
+    let status = bed.status_json();
+    assert_eq!(
+        status["budget"]["daemon-reexec"]["remaining"], 0,
+        "{status:#}"
+    );
+    assert_eq!(status["healthy"], false);
+    assert!(
+        bed.unit_property("pleg-guard", "StatusText")
+            .starts_with("degraded"),
+        "{}",
+        bed.unit_property("pleg-guard", "StatusText")
+    );
+}
+
+#[test]
+fn stopped_bus_is_reported_and_not_reexeced() {
+    let Some(env) = require_bed() else { return };
+    let bed = Bed::boot(&env, BedOptions::with_pleg_guard());
+    start(&bed, "");
+    bed.stop_dbus();
+    bed.wait_event(
+        "finding",
+        &[("PLEG_GUARD_FINDING", "bus-unresponsive")],
+        secs(20),
+    );
+    std::thread::sleep(secs(6));
+    assert_eq!(events(&bed, "action-started", None), 0);
+    assert_eq!(bed.reexec_count(), 0);
+}
+
+#[test]
+fn wedged_kubelet_is_restarted_once() {
+    let Some(env) = require_bed() else { return };
+    let _docker = docker_lock();
+    let bed = Bed::boot(&env, BedOptions::with_pleg_guard_and_docker());
+    start(&bed, "");
+    let before = bed.main_pid("kubelet.service");
+    bed.kubelet_wedge();
+
+    bed.wait_event(
+        "finding",
+        &[("PLEG_GUARD_FINDING", "kubelet-pleg-unhealthy")],
+        secs(20),
+    );
+    bed.wait_event(
+        "action-succeeded",
+        &[("PLEG_GUARD_ACTION", "restart-kubelet")],
+        secs(30),
+    );
+    bed.wait_event(
+        "symptom-cleared",
+        &[("PLEG_GUARD_ACTION", "restart-kubelet")],
+        secs(20),
+    );
+    assert_ne!(
+        bed.main_pid("kubelet.service"),
+        before,
+        "kubelet was restarted"
+    );
+    std::thread::sleep(secs(3));
+    assert_eq!(events(&bed, "action-started", Some("restart-kubelet")), 1);
+    assert_eq!(
+        events(&bed, "action-started", None),
+        1,
+        "nothing else was done"
+    );
+}
+
+#[test]
+fn observe_mode_changes_nothing() {
+    let Some(env) = require_bed() else { return };
+    let _docker = docker_lock();
+    let dead = DeadContainer::create(&unique_name("observed"));
+    dead.release();
+    let bed = Bed::boot(&env, BedOptions::with_pleg_guard_and_docker());
+    start(&bed, "mode = \"observe\"\n");
+    let kubelet = bed.main_pid("kubelet.service");
+    bed.stop_logind();
+    bed.kubelet_wedge();
+
+    let skipped = bed.wait_event(
+        "action-skipped",
+        &[("PLEG_GUARD_ACTION", "purge-dead-containers")],
+        secs(20),
+    );
+    assert!(
+        field(&skipped, "MESSAGE").unwrap_or("").contains("observe"),
+        "{skipped:?}"
+    );
+    bed.wait_event(
+        "finding",
+        &[("PLEG_GUARD_FINDING", "logind-unresponsive")],
+        secs(20),
+    );
+    bed.wait_event(
+        "finding",
+        &[("PLEG_GUARD_FINDING", "kubelet-pleg-unhealthy")],
+        secs(20),
+    );
+    std::thread::sleep(secs(5));
+    assert_eq!(events(&bed, "action-started", None), 0);
+    assert_eq!(docker_state(&dead.name).as_deref(), Some("dead"));
+    assert_eq!(bed.reexec_count(), 0);
+    assert_eq!(bed.main_pid("kubelet.service"), kubelet);
+    assert_eq!(bed.status_json()["mode"], "observe");
+    // --dry-run does the same whatever the file says (checked on the command line).
+    let o = bed.sh("pleg-guard run --help");
+    assert!(String::from_utf8_lossy(&o.stdout).contains("--dry-run"));
+}
+
+#[test]
+fn budget_survives_kill_9_and_restart() {
+    let Some(env) = require_bed() else { return };
+    let bed = Bed::boot(&env, BedOptions::with_pleg_guard());
+    start(&bed, "");
+    bed.write_file(
+        "/etc/pleg-guard/config.d/50-budget.toml",
+        "[actions.daemon_reexec]\nmin_interval = \"1h\"\nmax_per_day = 1\n",
+    );
+    bed.sh_ok("systemctl reload pleg-guard");
+    bed.stop_logind();
+    bed.wait_event(
+        "action-started",
+        &[("PLEG_GUARD_ACTION", "daemon-reexec")],
+        secs(30),
+    );
+    // Right after the action started the ledger already holds it. PID 1 may be re-executing
+    // at this very moment, so systemctl is retried until it gets through.
+    wait_until("kill -9 of pleg-guard delivered", secs(20), || {
+        bed.sh("systemctl kill -s KILL pleg-guard").status.success()
+    });
+    wait_until("pleg-guard restarted after kill -9", secs(30), || {
+        bed.sh("test \"$(systemctl show -p NRestarts --value pleg-guard)\" -ge 1 && systemctl is-active -q pleg-guard")
+            .status
+            .success()
+    });
+    bed.wait_event(
+        "action-suppressed",
+        &[("PLEG_GUARD_ACTION", "daemon-reexec")],
+        secs(30),
+    );
+    std::thread::sleep(secs(3));
+    assert_eq!(events(&bed, "action-started", Some("daemon-reexec")), 1);
+    assert!(bed.reexec_count() <= 1);
+    let status = bed.status_json();
+    assert_eq!(
+        status["budget"]["daemon-reexec"]["remaining"], 0,
+        "{status:#}"
+    );
+}

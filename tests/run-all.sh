@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh Debian 12 machine, as root (CI runs exactly this).
+#
+# Installs and starts everything the tests need: Debian packages (docker.io,
+# systemd-container, debootstrap, ...), dockerd, the busybox test image and the cached
+# bed root filesystem (tests/bed/prepare.sh), then checks formatting and lints and runs
+# every unit and integration test. Integration tests boot real systemd containers; with
+# CI=true a bed that cannot start fails the run instead of skipping.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n== %s\n' "$*"; }
+
+if [ "$(id -u)" != 0 ]; then
+    echo "tests/run-all.sh: run as root (the test bed boots system containers)" >&2
+    exit 2
+fi
+
+step "test bed: packages, dockerd, image, rootfs"
+tests/bed/prepare.sh
+
+step "format and lints"
+cargo fmt --check
+cargo clippy --all-targets --locked -- -D warnings
+
+step "tests (unit, then integration against the bed)"
+# Two at a time: these machines have two cores and each bed is a whole booted system.
+cargo test --locked -- --test-threads=2
