@@ -1,0 +1,9 @@
+# pleg-guard %preun ($1: 0 = erase, 1 or more = upgrade). Equivalent of %systemd_preun.
+if [ "$1" -eq 0 ]; then
+    if [ -d /run/systemd/system ]; then
+        systemctl --no-reload disable --now pleg-guard.service >/dev/null 2>&1 || :
+    else
+        systemctl --no-reload disable pleg-guard.service >/dev/null 2>&1 || :
+    fi
+fi
+exit 0

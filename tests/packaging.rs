@@ -1,0 +1,538 @@
+//! The packages: the .deb installed, upgraded, removed and purged in a booted bed; the .rpm's
+//! contents, config flags and scriptlets read with `rpm -qp`; both linted.
+//!
+//! The packages are built by the tests themselves with `packaging/build-deb.sh` and
+//! `packaging/build-rpm.sh` (once per test process, into `target/packaging-test/`), unless
+//! `PLEG_GUARD_DEB` / `PLEG_GUARD_RPM` name ready-made files. A second .deb with a bumped
+//! version (`--deb-version <version>+upgrade`) is built for the upgrade test. Building needs
+//! cargo-deb / cargo-generate-rpm, which the scripts install when missing.
+//!
+//! The bed tests need root and the bed (`tests/bed/prepare.sh`): locally they are SKIPPED
+//! without it, under `CI=true` they fail.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use support::*;
+
+const UNIT: &str = "pleg-guard.service";
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Serialises package builds within this process (both scripts run cargo on target/release).
+static BUILD: Mutex<()> = Mutex::new(());
+
+/// Runs a build script and returns the package path it prints as its last stdout line.
+fn build(script: &str, args: &[&str]) -> PathBuf {
+    let _g = BUILD.lock().unwrap_or_else(|e| e.into_inner());
+    let started = Instant::now();
+    let o = run_with_timeout(
+        Command::new("bash")
+            .arg(repo().join(script))
+            .args(args)
+            .current_dir(repo()),
+        None,
+        Duration::from_secs(1800),
+    )
+    .unwrap_or_else(|e| panic!("{script}: {e}"));
+    assert!(o.status.success(), "{script} {args:?} failed: {}", show(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let path = stdout
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .map(|l| PathBuf::from(l.trim()))
+        .unwrap_or_else(|| panic!("{script} printed no package path: {}", show(&o)));
+    let path = if path.is_relative() { repo().join(path) } else { path };
+    assert!(path.is_file(), "{script} printed {}, which is no file", path.display());
+    eprintln!("built {} in {:?}", path.display(), started.elapsed());
+    path
+}
+
+fn out_dir(name: &str) -> PathBuf {
+    let d = repo().join("target/packaging-test").join(name);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// The .deb of the current version.
+fn deb() -> &'static Path {
+    static DEB: OnceLock<PathBuf> = OnceLock::new();
+    DEB.get_or_init(|| match std::env::var_os("PLEG_GUARD_DEB") {
+        Some(p) => PathBuf::from(p),
+        None => {
+            let d = out_dir("deb");
+            build("packaging/build-deb.sh", &["--output", d.to_str().unwrap()])
+        }
+    })
+}
+
+/// A .deb of a newer version (`<version>+upgrade-1`) from the same tree.
+fn newer_deb() -> &'static Path {
+    static DEB: OnceLock<PathBuf> = OnceLock::new();
+    DEB.get_or_init(|| {
+        let version = deb_field(deb(), "Version");
+        let upstream = version.split('-').next().unwrap().to_string();
+        let d = out_dir("deb-newer");
+        let newer = format!("{upstream}+upgrade-1");
+        build(
+            "packaging/build-deb.sh",
+            &["--deb-version", &newer, "--output", d.to_str().unwrap()],
+        )
+    })
+}
+
+/// The .rpm.
+fn rpm() -> &'static Path {
+    static RPM: OnceLock<PathBuf> = OnceLock::new();
+    RPM.get_or_init(|| match std::env::var_os("PLEG_GUARD_RPM") {
+        Some(p) => PathBuf::from(p),
+        None => {
+            let d = out_dir("rpm");
+            build("packaging/build-rpm.sh", &["-o", d.to_str().unwrap()])
+        }
+    })
+}
+
+fn deb_field(deb: &Path, field: &str) -> String {
+    host_ok("dpkg-deb", &["-f", deb.to_str().unwrap(), field])
+}
+
+fn has(program: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {program}")])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+fn rpm_q(args: &[&str]) -> String {
+    let mut argv = vec!["-qp"];
+    argv.extend_from_slice(args);
+    argv.push(rpm().to_str().unwrap());
+    host_ok("rpm", &argv)
+}
+
+// ------------------------------------------------------------------------------------------------
+// .deb in a booted bed
+// ------------------------------------------------------------------------------------------------
+
+/// Polls until `systemctl is-active` says `want`; panics with the diagnostics otherwise.
+fn wait_active(bed: &Bed, want: &str, timeout: Duration) {
+    let start = Instant::now();
+    let mut last = String::new();
+    while start.elapsed() < timeout {
+        let o = bed.sh(&format!("systemctl is-active {UNIT}"));
+        last = String::from_utf8_lossy(&o.stdout).trim().to_string();
+        if last == want {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    panic!(
+        "{UNIT} is {last:?}, not {want:?}, after {timeout:?}\n{}",
+        bed.pleg_guard_diagnostics()
+    );
+}
+
+/// `dpkg -i`/`-r`/`-P` inside the bed, noninteractive; panics with dpkg's output on failure.
+fn dpkg(bed: &Bed, args: &str) -> String {
+    bed.sh_ok(&format!(
+        "DEBIAN_FRONTEND=noninteractive dpkg {args} </dev/null 2>&1"
+    ))
+}
+
+#[test]
+fn deb_installs_upgrades_removes_and_purges_in_a_booted_bed() {
+    let Some(env) = require_bed() else { return };
+    let (deb, newer) = (deb().to_path_buf(), newer_deb().to_path_buf());
+    // each package's directory is bound into the bed: /pkg/a (current), /pkg/b (newer)
+    let bed = Bed::boot(
+        &env,
+        BedOptions {
+            docker: false,
+            pleg_guard_binary: None,
+            extra_binds: vec![
+                (deb.parent().unwrap().to_path_buf(), "/pkg/a".to_string()),
+                (newer.parent().unwrap().to_path_buf(), "/pkg/b".to_string()),
+            ],
+        },
+    );
+    let in_bed = |p: &Path| {
+        let dir = if p == deb { "a" } else { "b" };
+        format!("/pkg/{dir}/{}", p.file_name().unwrap().to_str().unwrap())
+    };
+
+    // --- install: enabled, started, started in the journal ---------------------------------
+    let out = dpkg(&bed, &format!("-i {}", in_bed(&deb)));
+    eprintln!("dpkg -i:\n{out}");
+    assert_eq!(bed.sh_ok("dpkg-query -W -f '${Status}' pleg-guard"), "install ok installed");
+    assert_eq!(bed.sh_ok(&format!("systemctl is-enabled {UNIT}")), "enabled");
+    // Type=notify: "active" means READY=1 arrived (the daemon finished its first round).
+    wait_active(&bed, "active", secs(60));
+    let started = bed.journal(&["-u", UNIT, "_PID=1"]);
+    assert!(
+        started
+            .iter()
+            .any(|e| field(e, "MESSAGE").is_some_and(|m| m.starts_with("Started "))),
+        "journalctl -u {UNIT} has no \"Started\" line from PID 1: {started:?}"
+    );
+    // what the package put where
+    for f in [
+        "/usr/bin/pleg-guard",
+        "/usr/lib/systemd/system/pleg-guard.service",
+        "/etc/pleg-guard/config.toml",
+        "/usr/lib/systemd/catalog/pleg-guard.catalog",
+        "/usr/share/man/man8/pleg-guard.8.gz",
+        "/usr/share/bash-completion/completions/pleg-guard",
+        "/usr/share/zsh/vendor-completions/_pleg-guard",
+        "/usr/share/doc/pleg-guard/README.md",
+        "/usr/share/doc/pleg-guard/copyright",
+    ] {
+        bed.sh_ok(&format!("test -f {f}"));
+    }
+    bed.sh_ok("test -d /etc/pleg-guard/config.d && test -z \"$(ls -A /etc/pleg-guard/config.d)\"");
+    bed.sh_ok("test -d /var/lib/pleg-guard && test -d /run/pleg-guard");
+    assert_eq!(
+        bed.sh_ok("dpkg-query -W -f '${Conffiles}' pleg-guard | awk '{print $1}'"),
+        "/etc/pleg-guard/config.toml"
+    );
+    assert_eq!(
+        bed.sh_ok("pleg-guard check-config /etc/pleg-guard/config.toml >/dev/null; echo $?"),
+        "0",
+        "the shipped config.toml must be valid"
+    );
+    // the catalog is compiled in: `journalctl -x` can explain every event kind
+    let catalog = bed.sh_ok("journalctl --list-catalog | grep -c 'pleg-guard:' || true");
+    assert_eq!(catalog, "10", "catalog entries known to journald");
+    let unit_path = bed.unit_property(UNIT, "FragmentPath");
+    assert_eq!(unit_path, "/usr/lib/systemd/system/pleg-guard.service");
+
+    // --- a changed config survives reinstall and upgrade --------------------------------------
+    bed.sh_ok(
+        "sed -i 's/^#interval = \"10s\"$/interval = \"7s\"/' /etc/pleg-guard/config.toml && \
+         echo '# local edit' >> /etc/pleg-guard/config.toml && \
+         grep -qx 'interval = \"7s\"' /etc/pleg-guard/config.toml",
+    );
+    bed.write_file("/etc/pleg-guard/config.d/50-local.toml", "mode = \"observe\"\n");
+    let edited = bed.read_file("/etc/pleg-guard/config.toml").unwrap();
+    dpkg(&bed, &format!("-i {}", in_bed(&deb)));
+    assert_eq!(bed.read_file("/etc/pleg-guard/config.toml").unwrap(), edited, "reinstall");
+    wait_active(&bed, "active", secs(60));
+
+    let before = bed.unit_property(UNIT, "InvocationID");
+    let out = dpkg(&bed, &format!("-i {}", in_bed(&newer)));
+    eprintln!("dpkg -i (upgrade):\n{out}");
+    assert_eq!(
+        bed.sh_ok("dpkg-query -W -f '${Version}' pleg-guard"),
+        deb_field(&newer, "Version")
+    );
+    assert_eq!(bed.read_file("/etc/pleg-guard/config.toml").unwrap(), edited, "upgrade");
+    assert_eq!(
+        bed.read_file("/etc/pleg-guard/config.d/50-local.toml").as_deref(),
+        Some("mode = \"observe\"\n")
+    );
+    bed.sh_ok("test ! -e /etc/pleg-guard/config.toml.dpkg-new && test ! -e /etc/pleg-guard/config.toml.dpkg-dist");
+    assert_eq!(bed.sh_ok(&format!("systemctl is-enabled {UNIT}")), "enabled");
+    wait_active(&bed, "active", secs(60));
+    let after = bed.unit_property(UNIT, "InvocationID");
+    assert_ne!(before, after, "the upgrade restarts the daemon on the new binary");
+
+    // --- remove: stopped, config and state kept ---------------------------------------------
+    dpkg(&bed, "-r pleg-guard");
+    let active = bed.sh(&format!("systemctl is-active {UNIT}"));
+    let active = String::from_utf8_lossy(&active.stdout).trim().to_string();
+    assert!(active == "inactive" || active == "unknown", "after dpkg -r: {active}");
+    bed.sh_ok("test ! -e /usr/bin/pleg-guard && test ! -e /usr/lib/systemd/system/pleg-guard.service");
+    bed.sh_ok("test -f /etc/pleg-guard/config.toml && test -d /var/lib/pleg-guard");
+    assert!(
+        bed.sh("pgrep -x pleg-guard").status.code() == Some(1),
+        "no pleg-guard process after dpkg -r"
+    );
+    assert_eq!(
+        bed.sh_ok("journalctl --list-catalog | grep -c 'pleg-guard:' || true"),
+        "0",
+        "the catalog is dropped with the package"
+    );
+
+    // --- purge: state, config and enablement gone ---------------------------------------------
+    bed.sh_ok("rm /etc/pleg-guard/config.d/50-local.toml");
+    dpkg(&bed, "-P pleg-guard");
+    bed.sh_ok("test ! -e /var/lib/pleg-guard");
+    bed.sh_ok("test ! -e /run/pleg-guard");
+    bed.sh_ok("test ! -e /etc/pleg-guard");
+    bed.sh_ok("test ! -e /etc/systemd/system/multi-user.target.wants/pleg-guard.service");
+    bed.sh_ok("test ! -e /etc/systemd/system/pleg-guard.service");
+    let q = bed.sh("dpkg-query -W -f '${db:Status-Status}' pleg-guard 2>/dev/null");
+    let status = String::from_utf8_lossy(&q.stdout).trim().to_string();
+    assert!(!q.status.success() || status == "not-installed", "after dpkg -P: {status}");
+}
+
+/// Installing where systemd does not run (an image build in a chroot) must not fail, must
+/// enable the unit, and must not try to start it.
+#[test]
+fn deb_installs_in_a_chroot_without_systemd() {
+    let Some(env) = require_bed() else { return };
+    let deb = deb().to_path_buf();
+    let dir = deb.parent().unwrap().to_path_buf();
+    let bed = Bed::boot(
+        &env,
+        BedOptions {
+            docker: false,
+            pleg_guard_binary: None,
+            extra_binds: vec![(dir, "/pkg".to_string())],
+        },
+    );
+    // The bed's own root, copied into /chroot: a Debian system where systemd is not running.
+    bed.sh_ok(
+        "mkdir /chroot && for d in bin boot etc home lib lib64 opt root sbin srv usr var; do \
+           [ -e /$d ] && cp -a /$d /chroot/; done; mkdir -p /chroot/dev /chroot/proc /chroot/run /chroot/tmp /chroot/pkg; \
+         mount --bind /pkg /chroot/pkg; mount -t proc proc /chroot/proc",
+    );
+    let name = deb.file_name().unwrap().to_str().unwrap();
+    let out = bed.sh_ok(&format!(
+        "DEBIAN_FRONTEND=noninteractive chroot /chroot dpkg -i /pkg/{name} </dev/null 2>&1"
+    ));
+    eprintln!("dpkg -i in chroot:\n{out}");
+    bed.sh_ok("test -L /chroot/etc/systemd/system/multi-user.target.wants/pleg-guard.service");
+    bed.sh_ok("test -d /chroot/etc/pleg-guard/config.d");
+    // nothing started: neither in the chroot nor in the bed around it
+    assert!(bed.sh("pgrep -x pleg-guard").status.code() == Some(1));
+    let active = bed.sh(&format!("systemctl is-active {UNIT}"));
+    assert_ne!(String::from_utf8_lossy(&active.stdout).trim(), "active");
+    bed.sh_ok(&format!(
+        "DEBIAN_FRONTEND=noninteractive chroot /chroot dpkg -P pleg-guard </dev/null 2>&1"
+    ));
+    bed.sh_ok("test ! -e /chroot/etc/systemd/system/multi-user.target.wants/pleg-guard.service");
+    bed.sh("umount /chroot/proc /chroot/pkg");
+}
+
+// ------------------------------------------------------------------------------------------------
+// .rpm read with rpm -qp
+// ------------------------------------------------------------------------------------------------
+
+#[test]
+fn rpm_contents_config_flags_and_scriptlets() {
+    if !has("rpm") {
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "rpm is required under CI=true");
+        eprintln!("SKIPPED: no rpm command (apt-get install rpm)");
+        return;
+    }
+    // file list with modes and owners
+    let files = rpm_q(&["--queryformat", "[%{FILEMODES:perms} %{FILEUSERNAME} %{FILENAMES}\n]"]);
+    let expect = [
+        "-rwxr-xr-x root /usr/bin/pleg-guard",
+        "-rw-r--r-- root /usr/lib/systemd/system/pleg-guard.service",
+        "-rw-r--r-- root /usr/lib/systemd/system-preset/80-pleg-guard.preset",
+        "-rw-r--r-- root /etc/pleg-guard/config.toml",
+        "-rw-r--r-- root /usr/lib/systemd/catalog/pleg-guard.catalog",
+        "-rw-r--r-- root /usr/share/man/man8/pleg-guard.8.gz",
+        "-rw-r--r-- root /usr/share/bash-completion/completions/pleg-guard",
+        "-rw-r--r-- root /usr/share/zsh/site-functions/_pleg-guard",
+        "-rw-r--r-- root /usr/share/doc/pleg-guard/README.md",
+        "-rw-r--r-- root /usr/share/licenses/pleg-guard/LICENSE",
+    ];
+    for e in expect {
+        assert!(files.lines().any(|l| l == e), "rpm lacks `{e}`:\n{files}");
+    }
+    assert_eq!(files.lines().count(), expect.len(), "unexpected files:\n{files}");
+
+    // the config is %config(noreplace), and the only config file
+    assert_eq!(rpm_q(&["-c"]), "/etc/pleg-guard/config.toml");
+    let flags = rpm_q(&["--queryformat", "[%{FILENAMES} %{FILEFLAGS:fflags}\n]"]);
+    assert!(
+        flags.lines().any(|l| l == "/etc/pleg-guard/config.toml cn"),
+        "config.toml is not %config(noreplace):\n{flags}"
+    );
+    // the shipped files are the ones in the tree
+    let unit = std::fs::read_to_string(repo().join("systemd/pleg-guard.service")).unwrap();
+    assert!(unit.contains("Type=notify"));
+    let digests = rpm_q(&["--queryformat", "[%{FILEDIGESTS} %{FILENAMES}\n]"]);
+    for (path, src) in [
+        ("/usr/lib/systemd/system/pleg-guard.service", "systemd/pleg-guard.service"),
+        ("/etc/pleg-guard/config.toml", "packaging/config.toml"),
+        ("/usr/lib/systemd/catalog/pleg-guard.catalog", "systemd/pleg-guard.catalog"),
+    ] {
+        let sum = host_ok("sha256sum", &[repo().join(src).to_str().unwrap()]);
+        let sum = sum.split_whitespace().next().unwrap();
+        assert!(
+            digests.lines().any(|l| l == format!("{sum} {path}")),
+            "{path} in the rpm differs from {src}:\n{digests}"
+        );
+    }
+
+    // dependencies: systemd and the libraries the binary links, nothing else
+    let requires = rpm_q(&["--requires"]);
+    for r in requires.lines() {
+        let ok = r == "systemd"
+            || r == "/bin/sh"
+            || r.starts_with("rpmlib(")
+            || r.starts_with("rtld(")
+            || r.starts_with("libc.so.6")
+            || r.starts_with("ld-linux")
+            || r.starts_with("libgcc_s.so.1")
+            || r.starts_with("libm.so.6")
+            || r.starts_with("config(pleg-guard)");
+        assert!(ok, "unexpected Requires: {r}\n{requires}");
+    }
+    assert!(requires.lines().any(|r| r == "systemd"));
+
+    // scriptlets: the %systemd_* equivalents, each tolerant of a chroot without systemd
+    let scripts = rpm_q(&["--scripts"]);
+    let section = |name: &str| -> String {
+        let start = scripts
+            .find(&format!("{name} scriptlet"))
+            .unwrap_or_else(|| panic!("no {name} scriptlet:\n{scripts}"));
+        let rest = &scripts[start..];
+        let end = rest[1..].find(" scriptlet (using").map(|i| i + 1).unwrap_or(rest.len());
+        let body = &rest[..end];
+        body.rsplit_once('\n').map(|(b, _)| b.to_string()).unwrap_or(body.to_string())
+    };
+    let post = section("postinstall");
+    let preun = section("preuninstall");
+    let postun = section("postuninstall");
+    assert!(post.contains("systemctl --no-reload preset pleg-guard.service"), "{post}");
+    assert!(post.contains("systemctl start pleg-guard.service"), "{post}");
+    assert!(post.contains("journalctl --update-catalog"), "{post}");
+    assert!(post.contains("mkdir -p /etc/pleg-guard/config.d"), "{post}");
+    assert!(preun.contains("disable --now pleg-guard.service"), "{preun}");
+    assert!(postun.contains("systemctl try-restart pleg-guard.service"), "{postun}");
+    for (name, body) in [("%post", &post), ("%preun", &preun), ("%postun", &postun)] {
+        assert!(body.contains("[ -d /run/systemd/system ]"), "{name} not chroot-safe:\n{body}");
+        // every scriptlet ends successfully whatever systemctl says
+        assert!(body.trim_end().ends_with("exit 0"), "{name} must end with exit 0:\n{body}");
+    }
+    // start/stop/restart only when systemd runs: every such line sits under the guard
+    for line in scripts.lines() {
+        let l = line.trim();
+        if l.starts_with("systemctl start") || l.starts_with("systemctl try-restart") || l.contains("--now") {
+            assert!(l.ends_with("|| :"), "not error-tolerant: {l}");
+        }
+    }
+    // the preset enables it
+    let preset = std::fs::read_to_string(repo().join("packaging/rpm/80-pleg-guard.preset")).unwrap();
+    assert!(preset.lines().any(|l| l == "enable pleg-guard.service"));
+}
+
+/// The rpm scriptlets run where systemd is not running (like a chroot image build): each
+/// exits 0 for install, upgrade and erase, with a `systemctl` that fails.
+#[test]
+fn rpm_scriptlets_succeed_without_systemd() {
+    let tmp = std::env::temp_dir().join(format!("pleg-guard-scriptlets-{}", std::process::id()));
+    std::fs::create_dir_all(tmp.join("bin")).unwrap();
+    for tool in ["systemctl", "journalctl"] {
+        let p = tmp.join("bin").join(tool);
+        std::fs::write(&p, "#!/bin/sh\necho \"$0 $*\" >> \"$LOG\"\nexit 1\n").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    for (script, args) in [
+        ("post-install.sh", ["1"]),
+        ("post-install.sh", ["2"]),
+        ("pre-uninstall.sh", ["0"]),
+        ("pre-uninstall.sh", ["1"]),
+        ("post-uninstall.sh", ["0"]),
+        ("post-uninstall.sh", ["1"]),
+    ] {
+        let text = std::fs::read_to_string(repo().join("packaging/rpm").join(script)).unwrap();
+        // keep the host's /etc and /run untouched: only the control flow is under test
+        let text = text
+            .replace("/etc/pleg-guard", &tmp.join("etc").display().to_string())
+            .replace("/run/pleg-guard", &tmp.join("run").display().to_string())
+            .replace("/run/systemd/system", &tmp.join("no-systemd").display().to_string());
+        let o = Command::new("sh")
+            .args(["-c", &text, script])
+            .args(args)
+            .env("PATH", format!("{}:/usr/bin:/bin", tmp.join("bin").display()))
+            .env("LOG", tmp.join("log"))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{script} {args:?} failed without systemd: {}", show(&o));
+    }
+    let log = std::fs::read_to_string(tmp.join("log")).unwrap_or_default();
+    assert!(!log.contains("systemctl start"), "started without systemd:\n{log}");
+    assert!(!log.contains("try-restart"), "restarted without systemd:\n{log}");
+    assert!(log.contains("preset pleg-guard.service"), "preset is offline-capable:\n{log}");
+    let _ = std::fs::remove_dir_all(&tmp);
+}
+
+// ------------------------------------------------------------------------------------------------
+// lint
+// ------------------------------------------------------------------------------------------------
+
+#[test]
+fn lintian_is_clean() {
+    if !has("lintian") {
+        eprintln!("SKIPPED: no lintian (apt-get install lintian)");
+        return;
+    }
+    // overrides are shipped in the package (usr/share/lintian/overrides/pleg-guard)
+    let o = Command::new("lintian")
+        .args(["-EIL", "+pedantic", "--fail-on", "error,warning"])
+        .arg(deb())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    let bad: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("E:") || l.starts_with("W:"))
+        .collect();
+    assert!(bad.is_empty() && o.status.success(), "lintian: {}", show(&o));
+}
+
+#[test]
+fn rpmlint_is_clean() {
+    if !has("rpmlint") {
+        eprintln!("SKIPPED: no rpmlint (apt-get install rpmlint)");
+        return;
+    }
+    let o = Command::new("rpmlint")
+        .arg("-c")
+        .arg(repo().join("packaging/rpm/rpmlint.toml"))
+        .arg(rpm())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success() && text.contains("0 errors, 0 warnings"),
+        "rpmlint: {}",
+        show(&o)
+    );
+}
+
+// ------------------------------------------------------------------------------------------------
+// the unit
+// ------------------------------------------------------------------------------------------------
+
+/// The hardening stays within the goal, and its comment states the measured score.
+#[test]
+fn unit_security_score_is_at_most_2_5() {
+    if !has("systemd-analyze") {
+        eprintln!("SKIPPED: no systemd-analyze");
+        return;
+    }
+    let unit = repo().join("systemd/pleg-guard.service");
+    let o = Command::new("systemd-analyze")
+        .args(["security", "--offline=yes", "--no-pager"])
+        .arg(&unit)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    let score: f64 = text
+        .lines()
+        .find_map(|l| l.split("pleg-guard.service: ").nth(1))
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no exposure level in: {}", show(&o)));
+    assert!(score <= 2.5, "exposure {score} > 2.5:\n{text}");
+    let body = std::fs::read_to_string(&unit).unwrap();
+    assert!(
+        body.contains(&format!("(systemd 252): {score:.1} OK")),
+        "the unit's comment does not state the measured score {score:.1}"
+    );
+}
