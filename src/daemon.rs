@@ -86,7 +86,7 @@ impl Daemon {
             tracing::error!("action ledger: {problem}");
         }
         Daemon {
-            prober: Prober::new(&config),
+            prober: daemon_prober(&config),
             diagnosis: Diagnosis::new(config.probe.unhealthy_after.get()),
             ledger: loaded.ledger,
             ledger_file,
@@ -149,7 +149,11 @@ impl Daemon {
             tokio::time::interval(watchdog.unwrap_or(Duration::from_secs(3600)));
 
         loop {
+            // Biased: after a round that took a whole tick, the round ticker and the watchdog
+            // ticker are both ready; a random pick let the ticker win several times in a row
+            // while probes hung, and systemd killed a loop that was turning.
             tokio::select! {
+                biased;
                 _ = sigterm.recv() => break,
                 _ = sigint.recv() => break,
                 _ = sighup.recv() => {
@@ -199,7 +203,7 @@ impl Daemon {
                     }
                     self.ledger = l.ledger;
                 }
-                self.prober = Prober::new(&new);
+                self.prober = daemon_prober(&new);
                 self.diagnosis
                     .set_unhealthy_after(new.probe.unhealthy_after.get());
                 self.config = new;
@@ -675,6 +679,13 @@ impl Daemon {
             budget,
         }
     }
+}
+
+/// The daemon's probes: like `diagnose`'s, but following kubelet's journal continuously.
+fn daemon_prober(config: &Config) -> Prober {
+    let mut p = Prober::new(config);
+    p.follow_kubelet_journal();
+    p
 }
 
 fn join(ids: &[FindingId]) -> String {

@@ -13,6 +13,7 @@ use futures_util::StreamExt;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 
+use super::journal_follow::JournalFollower;
 use super::{bounded, timed};
 use crate::config::{HttpUrl, KubeletConfig};
 use crate::target::{Facts, Observation, PathResult, Target, TargetState};
@@ -38,6 +39,8 @@ pub struct KubeletProbe {
     window: Duration,
     docker_socket: PathBuf,
     not_before: Option<SystemTime>,
+    /// Set in the daemon: a `journalctl --follow` instead of one `journalctl` per round.
+    follower: Option<JournalFollower>,
 }
 
 impl KubeletProbe {
@@ -51,6 +54,15 @@ impl KubeletProbe {
             window: config.pleg_log_window,
             docker_socket,
             not_before: None,
+            follower: None,
+        }
+    }
+
+    /// Follow the unit's journal with one long-running `journalctl` instead of querying it
+    /// every round (the daemon does this; a one-shot `diagnose` does not).
+    pub fn follow_journal(&mut self) {
+        if self.container.is_none() {
+            self.follower = Some(JournalFollower::new(&self.unit, PLEG_MARKER));
         }
     }
 
@@ -75,7 +87,8 @@ impl KubeletProbe {
             self.not_before
                 .map_or(window_start, |t| t.max(window_start))
         };
-        let health = timed(deadline, slow_after, healthz(&self.healthz));
+        let url = self.healthz.clone();
+        let health = timed(deadline, slow_after, healthz(&url));
         let logs = async {
             match bounded(deadline, self.pleg_lines(since)).await {
                 Ok(r) => r.map_err(|e| e.to_string()),
@@ -94,7 +107,11 @@ impl KubeletProbe {
     }
 
     /// The latest `PLEG is not healthy` line since `since`, if any.
-    async fn pleg_lines(&self, since: SystemTime) -> anyhow::Result<Option<String>> {
+    async fn pleg_lines(&mut self, since: SystemTime) -> anyhow::Result<Option<String>> {
+        if let Some(f) = &mut self.follower {
+            f.ensure_running(since).map_err(|e| anyhow::anyhow!(e))?;
+            return Ok(f.latest_since(since));
+        }
         match &self.container {
             Some(name) => container_pleg_line(&self.docker_socket, name, since).await,
             None => journal_pleg_line(&self.unit, since).await,
@@ -124,10 +141,7 @@ fn classify(
     };
     let pleg_line = logs.as_ref().ok().cloned().flatten();
     let (state, detail) = match (&pleg_line, health.state) {
-        (Some(line), _) => (
-            TargetState::Error,
-            format!("{PLEG_MARKER}: {}", excerpt(line)),
-        ),
+        (Some(line), _) => (TargetState::Error, excerpt(line).to_owned()),
         (None, TargetState::Ok | TargetState::Slow) => match &logs {
             Ok(_) => (health.state, format!("healthz {}", health.detail)),
             Err(e) => (

@@ -9,6 +9,7 @@
 
 pub mod dbus;
 pub mod docker;
+pub mod journal_follow;
 pub mod kubelet;
 pub mod logind;
 pub mod systemd;
@@ -62,6 +63,11 @@ impl Prober {
             docker: docker::DockerProbe::new(config.docker.enabled, config.docker.socket.clone()),
             kubelet: kubelet::KubeletProbe::new(&config.kubelet, config.docker.socket.clone()),
         }
+    }
+
+    /// Follow kubelet's journal continuously (for the daemon; see [`journal_follow`]).
+    pub fn follow_kubelet_journal(&mut self) {
+        self.kubelet.follow_journal();
     }
 
     /// Ignore kubelet log lines older than `t` (set after kubelet was restarted, so the lines
