@@ -372,3 +372,186 @@ fn budget_survives_kill_9_and_restart() {
         "{status:#}"
     );
 }
+
+/// A kubelet run as a docker container (RKE and the like): it logs PLEG lines until it is
+/// restarted (the stand-in keeps a marker file in its own filesystem, which survives
+/// `docker restart`).
+const CONTAINER_KUBELET: &str = "if [ -e /restarted ]; then echo 'I1202 kubelet.go:1400] Started kubelet'; exec sleep 3600; fi; \
+     touch /restarted; while true; do \
+     echo 'I1202 14:00:00.000000       1 kubelet.go:1829] skipping pod synchronization - [PLEG is not healthy: pleg was last seen active 3m45.252087921s ago; threshold is 3m0s]'; \
+     sleep 1; done";
+
+#[test]
+fn container_run_kubelet_is_read_and_restarted_through_docker() {
+    let Some(env) = require_bed() else { return };
+    let _docker = docker_lock();
+    let name = unique_name("kubelet");
+    docker_ok(&[
+        "run",
+        "-d",
+        "--name",
+        &name,
+        IMAGE,
+        "sh",
+        "-c",
+        CONTAINER_KUBELET,
+    ]);
+    let kubelet = TestContainer { name: name.clone() };
+    let started = docker_ok(&["inspect", "-f", "{{.State.StartedAt}}", &kubelet.name]);
+    let bed = Bed::boot(&env, BedOptions::with_pleg_guard_and_docker());
+
+    // diagnose reads the container's log through the docker API
+    bed.write_file(
+        "/etc/pleg-guard/config.toml",
+        format!("[kubelet]\ncontainer = \"{name}\"\n"),
+    );
+    let o = bed.exec(&["pleg-guard", "diagnose", "--json"], secs(30));
+    let r: serde_json::Value =
+        serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", show(&o)));
+    assert_eq!(r["targets"]["kubelet"]["state"], "error", "{r:#}");
+    assert!(
+        r["targets"]["kubelet"]["detail"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("PLEG is not healthy"),
+        "{r:#}"
+    );
+
+    // the daemon restarts the container, not a unit
+    bed.install_pleg_guard(&config(""));
+    bed.write_file(
+        "/etc/pleg-guard/config.d/10-container.toml",
+        format!("[kubelet]\ncontainer = \"{name}\"\n"),
+    );
+    bed.start_pleg_guard();
+    let ok = bed.wait_event(
+        "action-succeeded",
+        &[("PLEG_GUARD_ACTION", "restart-kubelet")],
+        secs(30),
+    );
+    assert!(
+        field(&ok, "MESSAGE")
+            .unwrap_or("")
+            .contains(&format!("restarted container {name}")),
+        "{ok:?}"
+    );
+    bed.wait_event(
+        "symptom-cleared",
+        &[("PLEG_GUARD_ACTION", "restart-kubelet")],
+        secs(30),
+    );
+    let restarted = docker_ok(&["inspect", "-f", "{{.State.StartedAt}}", &kubelet.name]);
+    assert_ne!(started, restarted, "the kubelet container was restarted");
+    assert_eq!(docker_state(&name).as_deref(), Some("running"));
+}
+
+#[test]
+fn corrupt_ledger_is_kept_aside_and_holds_actions_back() {
+    let Some(env) = require_bed() else { return };
+    let bed = Bed::boot(&env, BedOptions::with_pleg_guard());
+    bed.write_file(
+        "/var/lib/pleg-guard/ledger.json",
+        "{\"entries\": [ {\"id\": 1, \"act",
+    );
+    start(&bed, "");
+    let err = bed.wait_journal(
+        &["-u", "pleg-guard", "-p", "err"],
+        |e| field(e, "MESSAGE").is_some_and(|m| m.contains("ledger") && m.contains("corrupt")),
+        secs(10),
+    );
+    assert!(
+        field(&err, "MESSAGE").unwrap_or("").contains("kept aside"),
+        "{err:?}"
+    );
+    assert!(
+        bed.sh("ls /var/lib/pleg-guard | grep -q 'ledger.json.corrupt-'")
+            .status
+            .success()
+    );
+    bed.stop_logind();
+    let held = bed.wait_event(
+        "action-suppressed",
+        &[("PLEG_GUARD_ACTION", "daemon-reexec")],
+        secs(20),
+    );
+    assert!(
+        field(&held, "MESSAGE")
+            .unwrap_or("")
+            .contains("next run allowed at")
+    );
+    assert_eq!(events(&bed, "action-started", None), 0);
+    assert_eq!(bed.reexec_count(), 0);
+}
+
+#[test]
+fn dry_run_flag_acts_on_nothing() {
+    let Some(env) = require_bed() else { return };
+    let bed = Bed::boot(&env, BedOptions::with_pleg_guard());
+    bed.install_pleg_guard(&config(""));
+    bed.write_file(
+        "/etc/systemd/system/pleg-guard.service.d/dry-run.conf",
+        "[Service]\nExecStart=\nExecStart=/usr/bin/pleg-guard run --dry-run\n",
+    );
+    bed.sh_ok("systemctl daemon-reload");
+    bed.start_pleg_guard();
+    bed.stop_logind();
+    let skipped = bed.wait_event(
+        "action-skipped",
+        &[("PLEG_GUARD_ACTION", "daemon-reexec")],
+        secs(20),
+    );
+    assert!(
+        field(&skipped, "MESSAGE")
+            .unwrap_or("")
+            .contains("observe mode"),
+        "{skipped:?}"
+    );
+    std::thread::sleep(secs(3));
+    assert_eq!(events(&bed, "action-started", None), 0);
+    assert_eq!(bed.reexec_count(), 0);
+    assert_eq!(bed.status_json()["mode"], "observe");
+}
+
+#[test]
+fn nothing_is_done_within_the_startup_grace() {
+    let Some(env) = require_bed() else { return };
+    let bed = Bed::boot(&env, BedOptions::with_pleg_guard());
+    bed.install_pleg_guard(&config(""));
+    bed.write_file(
+        "/etc/pleg-guard/config.d/10-grace.toml",
+        "startup_grace = \"8s\"\n",
+    );
+    bed.resume_logind_on_reexec();
+    bed.stop_logind();
+    bed.start_pleg_guard();
+    let begun = bed.wait_journal(
+        &["-u", "pleg-guard"],
+        |e| field(e, "MESSAGE").is_some_and(|m| m.contains("starting")),
+        secs(10),
+    );
+    bed.wait_event(
+        "finding",
+        &[("PLEG_GUARD_FINDING", "logind-unresponsive")],
+        secs(10),
+    );
+    let started = bed.wait_event(
+        "action-started",
+        &[("PLEG_GUARD_ACTION", "daemon-reexec")],
+        secs(30),
+    );
+    let at = |e: &serde_json::Map<String, serde_json::Value>| -> u64 {
+        field(e, "__REALTIME_TIMESTAMP")
+            .and_then(|t| t.parse().ok())
+            .expect("timestamp")
+    };
+    let waited_us = at(&started) - at(&begun);
+    assert!(
+        waited_us >= 8_000_000,
+        "acted {waited_us} µs after start, within the 8 s grace"
+    );
+    bed.wait_event(
+        "symptom-cleared",
+        &[("PLEG_GUARD_ACTION", "daemon-reexec")],
+        secs(30),
+    );
+}
