@@ -626,12 +626,7 @@ impl Daemon {
         let targets = self
             .last_round
             .as_ref()
-            .map(|r| {
-                r.observations
-                    .iter()
-                    .map(|o| (o.target.name().to_owned(), o.clone()))
-                    .collect()
-            })
+            .map(Round::by_name)
             .unwrap_or_default();
         let entries = self.ledger.entries();
         let actions = entries[entries.len().saturating_sub(RECENT_ACTIONS)..]

@@ -5,7 +5,6 @@ use std::process::ExitCode;
 use std::time::SystemTime;
 
 use crate::cli::DiagnoseArgs;
-use crate::config;
 use crate::diagnosis::{Diagnosis, Severity};
 use crate::probe::{Prober, systemd};
 use crate::report::journal;
@@ -16,19 +15,13 @@ use crate::systemd_version;
 /// Exit 0 healthy, 1 a problem found, 2 usage or configuration error.
 pub fn main(args: DiagnoseArgs) -> ExitCode {
     journal::init_stderr(tracing::Level::WARN);
-    let config = match config::load(args.config.config.as_deref()) {
+    let config = match super::load_config(args.config.config.as_deref()) {
         Ok(l) => l.config,
-        Err(e) => {
-            eprintln!("pleg-guard: {e}");
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
-    let runtime = match super::runtime() {
+    let runtime = match super::runtime(super::EXIT_CONFIG) {
         Ok(r) => r,
-        Err(e) => {
-            eprintln!("pleg-guard: cannot start the async runtime: {e}");
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
     let snapshot = runtime.block_on(async {
         let mut prober = Prober::new(&config);
@@ -87,11 +80,7 @@ pub fn main(args: DiagnoseArgs) -> ExitCode {
                 affected: verdict.is_affected(),
                 reason: verdict.reason().to_owned(),
             },
-            targets: round
-                .observations
-                .iter()
-                .map(|o| (o.target.name().to_owned(), o.clone()))
-                .collect(),
+            targets: round.by_name(),
             findings: diagnosis.findings().to_vec(),
             actions: Vec::new(),
             budget: Default::default(),

@@ -3,27 +3,19 @@
 use std::process::ExitCode;
 
 use crate::cli::RunArgs;
-use crate::config;
 use crate::daemon::Daemon;
 use crate::report::journal;
 
 /// Exit 0 on SIGTERM, 2 on a configuration it cannot use, 1 on any other failure.
 pub fn main(args: RunArgs) -> ExitCode {
     journal::init_daemon(std::env::var_os("PLEG_GUARD_DEBUG").is_some());
-    let loaded = match config::load(args.config.config.as_deref()) {
+    let loaded = match super::load_config(args.config.config.as_deref()) {
         Ok(l) => l,
-        Err(e) => {
-            tracing::error!("configuration not usable: {e}");
-            eprintln!("pleg-guard: {e}");
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
-    let runtime = match super::runtime() {
+    let runtime = match super::runtime(1) {
         Ok(r) => r,
-        Err(e) => {
-            eprintln!("pleg-guard: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(code) => return code,
     };
     let daemon = Daemon::new(loaded.config, args.config.config, args.dry_run);
     let result = runtime.block_on(daemon.run());

@@ -45,6 +45,14 @@ pub struct Round {
 }
 
 impl Round {
+    /// The observations keyed by target name (status.json's `targets`).
+    pub fn by_name(&self) -> std::collections::BTreeMap<String, Observation> {
+        self.observations
+            .iter()
+            .map(|o| (o.target.name().to_owned(), o.clone()))
+            .collect()
+    }
+
     /// The observation of one target.
     pub fn get(&self, target: Target) -> Option<&Observation> {
         self.observations.iter().find(|o| o.target == target)

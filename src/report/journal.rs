@@ -3,6 +3,7 @@
 //! with `PLEG_GUARD_EVENT`, its `MESSAGE_ID`, and the target/action/finding it is about.
 
 use tracing::Level;
+use tracing_subscriber::Layer;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 
@@ -25,7 +26,7 @@ pub fn init_daemon(verbose: bool) {
                 .with_field_prefix(None)
                 .with_syslog_identifier("pleg-guard".to_owned());
             let _ = tracing_subscriber::registry()
-                .with(layer.with_filter_level(filter))
+                .with(layer.with_filter(filter))
                 .try_init();
             return;
         }
@@ -40,32 +41,6 @@ pub fn init_stderr(level: Level) {
         .with_max_level(level)
         .with_target(false)
         .try_init();
-}
-
-/// Small helper so a layer can carry a level filter without pulling in `Layer` imports at
-/// every call site.
-trait WithFilterLevel: Sized {
-    fn with_filter_level(
-        self,
-        f: tracing_subscriber::filter::LevelFilter,
-    ) -> tracing_subscriber::filter::Filtered<
-        Self,
-        tracing_subscriber::filter::LevelFilter,
-        tracing_subscriber::Registry,
-    >;
-}
-
-impl WithFilterLevel for tracing_journald::Layer {
-    fn with_filter_level(
-        self,
-        f: tracing_subscriber::filter::LevelFilter,
-    ) -> tracing_subscriber::filter::Filtered<
-        Self,
-        tracing_subscriber::filter::LevelFilter,
-        tracing_subscriber::Registry,
-    > {
-        tracing_subscriber::Layer::with_filter(self, f)
-    }
 }
 
 /// One contract event.
