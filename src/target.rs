@@ -121,8 +121,10 @@ pub struct Observation {
     pub facts: Facts,
 }
 
-/// Target-specific facts an observation carries beyond its state.
+/// Target-specific facts an observation carries beyond its state. Every field is left out of
+/// JSON when empty, so every field defaults when read back (`pleg-guard status`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Facts {
     /// `systemd`: PID 1 over the system bus.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -190,5 +192,21 @@ pub mod duration_ms {
     /// Deserialise from milliseconds.
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         Ok(Duration::from_millis(u64::deserialize(d)?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn observation_with_some_facts_reads_back() {
+        // status.json leaves empty facts out; `pleg-guard status` must still read it.
+        let mut o = Observation::absent(Target::Systemd, "x");
+        o.facts.systemd_version = Some("252.38-1~deb12u1".into());
+        let json = serde_json::to_string(&o).unwrap();
+        assert!(!json.contains("dead_containers"), "{json}");
+        let back: Observation = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, o);
     }
 }
