@@ -145,6 +145,17 @@ impl Daemon {
             tokio::time::interval_at(Instant::now() + self.config.interval, self.config.interval);
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let watchdog = notify::watchdog_period().map(|p| p / 3);
+        if let Some(period) = notify::watchdog_period() {
+            // A round blocks the loop for up to probe.timeout; past half the watchdog period a
+            // merely hung probe could get a turning loop killed.
+            if self.config.probe.timeout * 2 >= period {
+                tracing::warn!(
+                    "probe.timeout ({}) is not well below the unit's WatchdogSec ({}): hung probes may trip the watchdog",
+                    humantime::format_duration(self.config.probe.timeout),
+                    humantime::format_duration(period)
+                );
+            }
+        }
         let mut watchdog_ticker =
             tokio::time::interval(watchdog.unwrap_or(Duration::from_secs(3600)));
 
