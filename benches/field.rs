@@ -552,7 +552,7 @@ fn humantime_secs(s: &str) -> f64 {
     s.trim_end_matches('s').parse().unwrap_or(0.0)
 }
 
-/// One sample of the daemon's footprint from /proc (and its unit's cgroup) inside the bed.
+/// One sample of the daemon's footprint from /proc inside the bed.
 #[derive(Clone, Copy, Default)]
 struct ProcSample {
     at: f64,
@@ -566,14 +566,11 @@ struct ProcSample {
     child_ticks: u64,
     /// on-CPU time of the daemon from /proc/PID/schedstat, ns (precise)
     own_ns: u64,
-    /// `usage_usec` of pleg-guard.service's cgroup: the daemon and every child it ran, µs
-    cgroup_us: Option<u64>,
 }
 
 fn sample(bed: &Bed, pid: u32, start: Instant) -> ProcSample {
     let out = bed.sh_ok(&format!(
         "echo \"STAT $(cat /proc/{pid}/stat)\"; echo \"SCHED $(cat /proc/{pid}/schedstat)\"; \
-         echo \"CG $(grep '^usage_usec' /sys/fs/cgroup/system.slice/pleg-guard.service/cpu.stat 2>/dev/null)\"; \
          grep -E '^(VmRSS|VmHWM|Threads):' /proc/{pid}/status; echo \"FDS $(ls /proc/{pid}/fd | wc -l)\""
     ));
     let mut s = ProcSample {
@@ -597,8 +594,6 @@ fn sample(bed: &Bed, pid: u32, start: Instant) -> ProcSample {
             s.child_ticks = n(13) + n(14);
         } else if let Some(v) = l.strip_prefix("SCHED ") {
             s.own_ns = num(v, 0).unwrap_or(0);
-        } else if let Some(v) = l.strip_prefix("CG ") {
-            s.cgroup_us = num(v, 1);
         } else if let Some(v) = l.strip_prefix("FDS ") {
             s.fds = num(v, 0).unwrap_or(0);
         } else if l.starts_with("VmRSS:") {
@@ -624,17 +619,12 @@ impl Footprint {
         let (a, b) = (self.samples[0], self.samples[self.samples.len() - 1]);
         (b.own_ns - a.own_ns) as f64 / 1e9 * 3600.0 / self.window_s
     }
-    /// The daemon and its children (the unit's cgroup; else utime+stime+cutime+cstime).
+    /// The daemon (schedstat) plus the children it ran and reaped (cutime + cstime: clock
+    /// ticks, 10 ms resolution), extrapolated to seconds per hour.
     fn total_cpu_per_hour(&self) -> f64 {
         let (a, b) = (self.samples[0], self.samples[self.samples.len() - 1]);
-        match (a.cgroup_us, b.cgroup_us) {
-            (Some(x), Some(y)) => (y - x) as f64 / 1e6 * 3600.0 / self.window_s,
-            _ => {
-                (b.own_ticks + b.child_ticks - a.own_ticks - a.child_ticks) as f64 / self.clk_tck
-                    * 3600.0
-                    / self.window_s
-            }
-        }
+        self.own_cpu_per_hour()
+            + (b.child_ticks - a.child_ticks) as f64 / self.clk_tck * 3600.0 / self.window_s
     }
 }
 
@@ -998,14 +988,9 @@ fn main() {
                 let first = h.samples[0];
                 let last = h.samples[h.samples.len() - 1];
                 let max = |g: fn(&ProcSample) -> u64| h.samples.iter().map(g).max().unwrap_or(0);
-                let cpu = match (first.cgroup_us, last.cgroup_us) {
-                    (Some(a), Some(b)) => (b - a) as f64 / 1e6,
-                    _ => {
-                        (last.own_ticks + last.child_ticks - first.own_ticks - first.child_ticks)
-                            as f64
-                            / h.clk_tck
-                    }
-                };
+                // daemon (schedstat, ns) + reaped children (cutime + cstime, ticks)
+                let cpu = (last.own_ns - first.own_ns) as f64 / 1e9
+                    + (last.child_ticks - first.child_ticks) as f64 / h.clk_tck;
                 table.push(format!(
                     "\nLONG HANG: logind SIGSTOPped {} s, interval 1s, timeout 1s, reexec disabled; {} samples every 5 s: first / last / max",
                     h.secs,
@@ -1046,7 +1031,7 @@ fn main() {
                     "hang".into(),
                     json!({
                         "secs": h.secs,
-                        "samples": h.samples.iter().map(|s| json!({"t": s.at, "rss_kib": s.rss_kib, "threads": s.threads, "fds": s.fds, "cpu_own_ns": s.own_ns, "cgroup_usage_us": s.cgroup_us})).collect::<Vec<_>>(),
+                        "samples": h.samples.iter().map(|s| json!({"t": s.at, "rss_kib": s.rss_kib, "threads": s.threads, "fds": s.fds, "cpu_own_ns": s.own_ns, "child_ticks": s.child_ticks})).collect::<Vec<_>>(),
                         "rss_kib": {"first": first.rss_kib, "last": last.rss_kib, "max": max(|s| s.rss_kib)},
                         "threads": {"first": first.threads, "last": last.threads, "max": max(|s| s.threads)},
                         "fds": {"first": first.fds, "last": last.fds, "max": max(|s| s.fds)},
