@@ -364,9 +364,7 @@ fn deb_installs_in_a_chroot_without_systemd() {
     assert!(bed.sh("pgrep -x pleg-guard").status.code() == Some(1));
     let active = bed.sh(&format!("systemctl is-active {UNIT}"));
     assert_ne!(String::from_utf8_lossy(&active.stdout).trim(), "active");
-    bed.sh_ok(&format!(
-        "DEBIAN_FRONTEND=noninteractive chroot /chroot dpkg -P pleg-guard </dev/null 2>&1"
-    ));
+    bed.sh_ok("DEBIAN_FRONTEND=noninteractive chroot /chroot dpkg -P pleg-guard </dev/null 2>&1");
     bed.sh_ok("test ! -e /chroot/etc/systemd/system/multi-user.target.wants/pleg-guard.service");
     bed.sh("umount /chroot/proc /chroot/pkg");
 }
