@@ -566,12 +566,18 @@ struct ProcSample {
     child_ticks: u64,
     /// on-CPU time of the daemon from /proc/PID/schedstat, ns (precise)
     own_ns: u64,
+    /// on-CPU time of every process in the unit's cgroup (the daemon and its long-running
+    /// `journalctl --follow`), ns
+    unit_ns: u64,
 }
 
 fn sample(bed: &Bed, pid: u32, start: Instant) -> ProcSample {
     let out = bed.sh_ok(&format!(
         "echo \"STAT $(cat /proc/{pid}/stat)\"; echo \"SCHED $(cat /proc/{pid}/schedstat)\"; \
-         grep -E '^(VmRSS|VmHWM|Threads):' /proc/{pid}/status; echo \"FDS $(ls /proc/{pid}/fd | wc -l)\""
+         grep -E '^(VmRSS|VmHWM|Threads):' /proc/{pid}/status; echo \"FDS $(ls /proc/{pid}/fd | wc -l)\"; \
+         for p in $(cat /sys/fs/cgroup/systemd/system.slice/pleg-guard.service/cgroup.procs \
+                        /sys/fs/cgroup/system.slice/pleg-guard.service/cgroup.procs 2>/dev/null); do \
+           cut -d' ' -f1 /proc/$p/schedstat 2>/dev/null; done | awk '{{s+=$1}} END {{print \"UNIT\", s+0}}'"
     ));
     let mut s = ProcSample {
         at: start.elapsed().as_secs_f64(),
@@ -592,6 +598,8 @@ fn sample(bed: &Bed, pid: u32, start: Instant) -> ProcSample {
             let n = |i: usize| rest.get(i).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0);
             s.own_ticks = n(11) + n(12);
             s.child_ticks = n(13) + n(14);
+        } else if let Some(v) = l.strip_prefix("UNIT ") {
+            s.unit_ns = num(v, 0).unwrap_or(0);
         } else if let Some(v) = l.strip_prefix("SCHED ") {
             s.own_ns = num(v, 0).unwrap_or(0);
         } else if let Some(v) = l.strip_prefix("FDS ") {
@@ -619,11 +627,12 @@ impl Footprint {
         let (a, b) = (self.samples[0], self.samples[self.samples.len() - 1]);
         (b.own_ns - a.own_ns) as f64 / 1e9 * 3600.0 / self.window_s
     }
-    /// The daemon (schedstat) plus the children it ran and reaped (cutime + cstime: clock
-    /// ticks, 10 ms resolution), extrapolated to seconds per hour.
+    /// Every process of the unit (schedstat: the daemon and its `journalctl --follow`) plus
+    /// the children it ran and reaped (cutime + cstime: clock ticks, 10 ms resolution),
+    /// extrapolated to seconds per hour.
     fn total_cpu_per_hour(&self) -> f64 {
         let (a, b) = (self.samples[0], self.samples[self.samples.len() - 1]);
-        self.own_cpu_per_hour()
+        b.unit_ns.saturating_sub(a.unit_ns) as f64 / 1e9 * 3600.0 / self.window_s
             + (b.child_ticks - a.child_ticks) as f64 / self.clk_tck * 3600.0 / self.window_s
     }
 }

@@ -26,7 +26,7 @@ use crate::config::{self, Config, Mode};
 use crate::diagnosis::{Diagnosis, FindingId, Transition};
 use crate::ladder::{self, Decision};
 use crate::ledger::{self, Ledger, LedgerFile, RunOutcome, Symptom};
-use crate::probe::{Prober, Round};
+use crate::probe::{self, Prober, Round};
 use crate::report::event::EventKind;
 use crate::report::journal::{Event, emit};
 use crate::report::notify;
@@ -125,7 +125,6 @@ impl Daemon {
                 self.config.runtime_directory.display()
             );
         }
-        self.package_version = self.prober.package_version().await;
         tracing::info!(
             mode = %self.mode(),
             interval = %humantime::format_duration(self.config.interval),
@@ -133,9 +132,16 @@ impl Daemon {
             env!("CARGO_PKG_VERSION")
         );
 
-        // The first round, then READY=1 (systemctl start returns once we have looked).
+        // The first round, then READY=1 (systemctl start returns once we have looked). The
+        // package database is asked alongside: it is the slowest part of starting.
+        let timeout = self.config.probe.timeout;
         tokio::select! {
-            round = self.prober.round() => self.after_round(round).await,
+            (round, package) = async {
+                tokio::join!(self.prober.round(), probe::systemd::package_version(timeout))
+            } => {
+                self.package_version = package;
+                self.after_round(round).await
+            }
             _ = sigterm.recv() => return Ok(()),
             _ = sigint.recv() => return Ok(()),
         }
