@@ -584,12 +584,7 @@ impl Daemon {
             parts.push(problems.join(", "));
         }
         if let Some(round) = &self.last_round {
-            let bad: Vec<String> = round
-                .observations
-                .iter()
-                .filter(|o| o.state.is_failure())
-                .map(|o| format!("{} {}", o.target, o.state))
-                .collect();
+            let bad = round.failing();
             if problems.is_empty() && !bad.is_empty() {
                 parts.push(bad.join(", "));
             }

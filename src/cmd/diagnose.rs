@@ -48,12 +48,7 @@ pub fn main(args: DiagnoseArgs) -> ExitCode {
             .collect();
         let degraded = diagnosis.degraded();
         let summary = if problems.is_empty() {
-            let bad: Vec<String> = round
-                .observations
-                .iter()
-                .filter(|o| o.state.is_failure())
-                .map(|o| format!("{} {}", o.target, o.state))
-                .collect();
+            let bad = round.failing();
             if bad.is_empty() {
                 "no problem found".to_owned()
             } else {
@@ -87,16 +82,9 @@ pub fn main(args: DiagnoseArgs) -> ExitCode {
         }
     });
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));
-    if args.json {
-        match serde_json::to_string_pretty(&snapshot) {
-            Ok(j) => println!("{j}"),
-            Err(e) => {
-                eprintln!("pleg-guard: {e}");
-                return ExitCode::from(2);
-            }
-        }
-    } else {
-        print!("{}", table::render(&snapshot, false));
+    if let Err(e) = table::print(&snapshot, args.json, false) {
+        eprintln!("pleg-guard: {e}");
+        return ExitCode::from(super::EXIT_CONFIG);
     }
     if snapshot.healthy {
         ExitCode::SUCCESS

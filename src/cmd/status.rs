@@ -33,16 +33,9 @@ pub fn main(args: StatusArgs) -> ExitCode {
         Duration::from_millis(snapshot.interval_ms.saturating_mul(3)).max(Duration::from_secs(30));
     let alive = snapshot.pid.is_some_and(pid_alive);
     let stale = age > stale_after || !alive;
-    if args.json {
-        match serde_json::to_string_pretty(&snapshot) {
-            Ok(j) => println!("{j}"),
-            Err(e) => {
-                eprintln!("pleg-guard: {e}");
-                return ExitCode::from(3);
-            }
-        }
-    } else {
-        print!("{}", table::render(&snapshot, true));
+    if let Err(e) = table::print(&snapshot, args.json, true) {
+        eprintln!("pleg-guard: {e}");
+        return ExitCode::from(3);
     }
     if stale {
         eprintln!(

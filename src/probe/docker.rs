@@ -14,7 +14,7 @@ use bollard::query_parameters::ListContainersOptions;
 use tokio::time::Instant;
 
 use super::{observation, timed};
-use crate::target::{ContainerRef, Facts, Observation, Target, TargetState};
+use crate::target::{ContainerRef, Facts, Observation, Target};
 
 /// Probes the docker engine and keeps its client between rounds.
 pub struct DockerProbe {
@@ -89,7 +89,6 @@ impl DockerProbe {
                 ..Facts::default()
             };
         }
-        debug_assert!(obs.state != TargetState::Absent);
         obs
     }
 }

@@ -53,6 +53,15 @@ impl Round {
             .collect()
     }
 
+    /// The failing targets as `"<target> <state>"`, for summaries.
+    pub fn failing(&self) -> Vec<String> {
+        self.observations
+            .iter()
+            .filter(|o| o.state.is_failure())
+            .map(|o| format!("{} {}", o.target, o.state))
+            .collect()
+    }
+
     /// The observation of one target.
     pub fn get(&self, target: Target) -> Option<&Observation> {
         self.observations.iter().find(|o| o.target == target)

@@ -7,6 +7,16 @@ use std::time::SystemTime;
 use super::status_file::Snapshot;
 use crate::diagnosis::{FindingId, Severity};
 
+/// Print a snapshot to stdout: as JSON, or as the table. `Err` when it cannot be serialised.
+pub fn print(s: &Snapshot, json: bool, with_actions: bool) -> Result<(), serde_json::Error> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(s)?);
+    } else {
+        print!("{}", render(s, with_actions));
+    }
+    Ok(())
+}
+
 /// Render a snapshot for a terminal.
 pub fn render(s: &Snapshot, with_actions: bool) -> String {
     let mut out = String::new();
