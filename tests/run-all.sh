@@ -19,6 +19,16 @@ fi
 step "test bed: packages, dockerd, image, rootfs"
 tests/bed/prepare.sh
 
+step "packaging tools: rpm, lintian, rpmlint, systemd-analyze"
+need=()
+for tool in rpm:rpm lintian:lintian rpmlint:rpmlint systemd-analyze:systemd; do
+    command -v "${tool%%:*}" >/dev/null || need+=("${tool#*:}")
+done
+if [ "${#need[@]}" -gt 0 ]; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}"
+fi
+
 step "format and lints"
 cargo fmt --check
 cargo clippy --all-targets --locked -- -D warnings
