@@ -180,7 +180,12 @@ impl Daemon {
                     }
                 }
                 _ = watchdog_ticker.tick(), if watchdog.is_some() => notify::watchdog(),
-                report = async { (&mut self.in_flight.as_mut().expect("guarded").handle).await }, if self.in_flight.is_some() => {
+                report = async {
+                    match self.in_flight.as_mut() {
+                        Some(f) => (&mut f.handle).await,
+                        None => std::future::pending().await,
+                    }
+                }, if self.in_flight.is_some() => {
                     let report = report.unwrap_or_else(|e| ActionReport::failed(format!("action task ended abnormally: {e}")));
                     self.action_done(report).await;
                 }
