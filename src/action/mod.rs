@@ -57,6 +57,23 @@ impl fmt::Display for ActionKind {
     }
 }
 
+/// Run one call of an action within `timeout`. The error names the step (`what`) and says
+/// whether the call failed or did not answer, so every action reports failures the same way.
+pub async fn within<T, E: std::fmt::Display>(
+    timeout: std::time::Duration,
+    what: &str,
+    call: impl std::future::Future<Output = Result<T, E>>,
+) -> Result<T, String> {
+    match tokio::time::timeout(timeout, call).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(format!("{what}: {e}")),
+        Err(_) => Err(format!(
+            "{what}: no answer within {}",
+            humantime::format_duration(timeout)
+        )),
+    }
+}
+
 /// What an action reports when it ends.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ActionReport {

@@ -7,37 +7,30 @@ use std::time::Duration;
 
 use bollard::query_parameters::{ListContainersOptions, RemoveContainerOptions};
 
-use super::ActionReport;
+use super::{ActionReport, within};
 use crate::probe::docker::{connect, container_ref, is_dead, may_be_dead};
 
 /// Remove the dead containers of the engine at `socket`; each docker call is bounded by
 /// `timeout`.
 pub async fn run(socket: &Path, timeout: Duration) -> ActionReport {
-    let bounded = |what: &'static str| {
-        move |_| {
-            anyhow::anyhow!(
-                "{what}: no answer within {}",
-                humantime::format_duration(timeout)
-            )
-        }
-    };
-    let docker = match tokio::time::timeout(timeout, connect(socket))
-        .await
-        .map_err(bounded("connect"))
-    {
-        Ok(Ok(d)) => d,
-        Ok(Err(e)) | Err(e) => return ActionReport::failed(format!("docker: {e}")),
+    let docker = match within(timeout, "docker: connect", connect(socket)).await {
+        Ok(d) => d,
+        Err(e) => return ActionReport::failed(e),
     };
     let options = ListContainersOptions {
         all: true,
         ..Default::default()
     };
-    let listed = match tokio::time::timeout(timeout, docker.list_containers(Some(options))).await {
-        Ok(Ok(list)) => list,
-        Ok(Err(e)) => return ActionReport::failed(format!("listing containers: {e}")),
-        Err(_) => return ActionReport::failed("listing containers: no answer"),
+    let listed = match within(
+        timeout,
+        "listing containers",
+        docker.list_containers(Some(options)),
+    )
+    .await
+    {
+        Ok(list) => list,
+        Err(e) => return ActionReport::failed(e),
     };
-    // The filter is the engine's; the state check is ours. Both must agree.
     // The listing names candidates; the inspected state right before removal decides.
     let candidates: Vec<_> = listed.iter().filter(|c| may_be_dead(c)).collect();
     if candidates.is_empty() {
@@ -50,18 +43,14 @@ pub async fn run(socket: &Path, timeout: Duration) -> ActionReport {
         let r = container_ref(c);
         let Some(id) = c.id.as_deref() else { continue };
         let label = format!("{} ({})", r.name, r.id);
-        match tokio::time::timeout(timeout, is_dead(&docker, id)).await {
-            Ok(Ok(true)) => {}
-            Ok(Ok(false)) => {
+        match within(timeout, &format!("{label}: inspect"), is_dead(&docker, id)).await {
+            Ok(true) => {}
+            Ok(false) => {
                 tracing::info!(container = %label, "not dead; left alone");
                 continue;
             }
-            Ok(Err(e)) => {
-                failed.push(format!("{label}: inspect: {e}"));
-                continue;
-            }
-            Err(_) => {
-                failed.push(format!("{label}: inspect: no answer"));
+            Err(e) => {
+                failed.push(e);
                 continue;
             }
         }
@@ -70,13 +59,13 @@ pub async fn run(socket: &Path, timeout: Duration) -> ActionReport {
             v: false,
             link: false,
         };
-        match tokio::time::timeout(timeout, docker.remove_container(id, Some(options))).await {
-            Ok(Ok(())) => {
+        let removal = docker.remove_container(id, Some(options));
+        match within(timeout, &label, removal).await {
+            Ok(()) => {
                 tracing::info!(container = %label, "removed dead container");
                 removed.push(label);
             }
-            Ok(Err(e)) => failed.push(format!("{label}: {}", one_line(&e.to_string()))),
-            Err(_) => failed.push(format!("{label}: removal did not answer")),
+            Err(e) => failed.push(one_line(&e)),
         }
     }
     let mut detail = format!("removed {}: {}", removed.len(), list_or_none(&removed));

@@ -11,7 +11,7 @@
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::ActionReport;
+use super::{ActionReport, within};
 use crate::pid1::{Pid1, Route};
 
 /// How long to wait for PID 1's confirmation after each path.
@@ -75,16 +75,8 @@ async fn send(
 ) -> Result<String, String> {
     match way {
         Way::Call(route) => {
-            let mut pid1 = match tokio::time::timeout(
-                timeout,
-                Pid1::connect(route, private_socket, bus_socket),
-            )
-            .await
-            {
-                Ok(Ok(c)) => c,
-                Ok(Err(e)) => return Err(format!("connect: {e}")),
-                Err(_) => return Err("connect: no answer".into()),
-            };
+            let connect = Pid1::connect(route, private_socket, bus_socket);
+            let mut pid1 = within(timeout, "connect", connect).await?;
             match tokio::time::timeout(timeout, pid1.reexecute()).await {
                 Ok(Ok(())) => Ok("PID 1 replied".into()),
                 Ok(Err(e)) if e.disconnected => {

@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use super::ActionReport;
+use super::{ActionReport, within};
 use crate::pid1::{Pid1, Route};
 
 /// How long kubelet may take to be active again.
@@ -21,30 +21,23 @@ pub async fn restart_unit(
     let mut notes = Vec::new();
     for route in [Route::Private, Route::Bus] {
         let name = route.name();
-        let mut pid1 =
-            match tokio::time::timeout(timeout, Pid1::connect(route, private_socket, bus_socket))
-                .await
-            {
-                Ok(Ok(c)) => c,
-                Ok(Err(e)) => {
-                    notes.push(format!("{name}: connect: {e}"));
-                    continue;
-                }
-                Err(_) => {
-                    notes.push(format!("{name}: connect: no answer"));
-                    continue;
-                }
-            };
-        match tokio::time::timeout(timeout, pid1.restart_unit(unit)).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => {
-                notes.push(format!("{name}: RestartUnit: {e}"));
+        let connect = Pid1::connect(route, private_socket, bus_socket);
+        let mut pid1 = match within(timeout, &format!("{name}: connect"), connect).await {
+            Ok(c) => c,
+            Err(e) => {
+                notes.push(e);
                 continue;
             }
-            Err(_) => {
-                notes.push(format!("{name}: RestartUnit: no answer"));
-                continue;
-            }
+        };
+        if let Err(e) = within(
+            timeout,
+            &format!("{name}: RestartUnit"),
+            pid1.restart_unit(unit),
+        )
+        .await
+        {
+            notes.push(e);
+            continue;
         }
         // The job is queued: wait for the unit to be active again.
         let deadline = tokio::time::Instant::now() + ACTIVE_WITHIN;
