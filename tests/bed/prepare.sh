@@ -9,7 +9,7 @@ set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CACHE=/var/cache/pleg-guard-test
 IMAGE=pleg-guard-test/busybox:latest
-PACKAGES=(docker.io systemd-container debootstrap busybox-static e2fsprogs)
+PACKAGES=(docker.io containerd systemd-container debootstrap busybox-static e2fsprogs)
 INCLUDE=systemd,systemd-sysv,dbus,libpam-systemd,procps,busybox
 DOCKER_LOCK=/run/pleg-guard-test-docker.lock
 export DEBIAN_FRONTEND=noninteractive
