@@ -24,6 +24,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 use crate::action::{self, ActionKind, ActionReport};
 use crate::config::{self, Config, Mode};
 use crate::diagnosis::{Diagnosis, FindingId, Transition};
+use crate::forecast::{Change, Sample, SerialTracker, Windows};
 use crate::ladder::{self, Decision};
 use crate::ledger::{self, Ledger, LedgerFile, RunOutcome, Symptom};
 use crate::probe::{self, Prober, Round};
@@ -67,6 +68,8 @@ pub struct Daemon {
     started: Instant,
     package_version: Option<String>,
     systemd: SystemdStatus,
+    /// PID 1's bus serials over time: the exhaustion forecast.
+    serials: SerialTracker,
     verdict: Option<Verdict>,
     last_round: Option<Round>,
     in_flight: Option<InFlight>,
@@ -93,6 +96,7 @@ impl Daemon {
             started: Instant::now(),
             package_version: None,
             systemd: SystemdStatus::default(),
+            serials: SerialTracker::new(Windows::default()),
             verdict: None,
             last_round: None,
             in_flight: None,
@@ -284,6 +288,7 @@ impl Daemon {
 
     /// Keep the systemd version and verdict current (the version comes with each round).
     fn refresh_systemd(&mut self, round: &Round) {
+        self.track_bus_serial(round);
         let manager = round
             .get(Target::Systemd)
             .and_then(|o| o.facts.systemd_version.clone());
@@ -299,8 +304,28 @@ impl Daemon {
             version: build.map(|b| b.to_string()),
             affected: verdict.is_affected(),
             reason: verdict.reason().to_owned(),
+            ..SystemdStatus::default()
         };
+        self.systemd.set_forecast(self.serials.forecast().as_ref());
         self.verdict = Some(verdict);
+    }
+
+    /// Feed the serial of PID 1's reply on the bus into the forecast (see [`crate::forecast`]).
+    fn track_bus_serial(&mut self, round: &Round) {
+        let Some(serial) = round.get(Target::Systemd).and_then(|o| o.facts.bus_serial) else {
+            return;
+        };
+        let at = self.started.elapsed();
+        match self.serials.observe(Sample { at, serial }) {
+            Change::Restarted { from } => tracing::info!(
+                "PID 1's bus serial dropped from {from} to {serial}: PID 1 re-executed or restarted; forecast starts afresh"
+            ),
+            Change::Wrapped { from } => tracing::info!(
+                "PID 1's bus serial wrapped from {from} to {serial}: this sd-bus is fixed (it continues at 2^31)"
+            ),
+            Change::Continued | Change::Ignored => {}
+        }
+        self.systemd.set_forecast(self.serials.forecast().as_ref());
     }
 
     /// After the settle time, tell whether the action's symptom cleared.

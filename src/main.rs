@@ -11,6 +11,7 @@ mod config;
 mod daemon;
 mod dbus_p2p;
 mod diagnosis;
+mod forecast;
 mod ladder;
 mod ledger;
 mod pid1;

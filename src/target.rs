@@ -135,6 +135,10 @@ pub struct Facts {
     /// `systemd`: PID 1's `Version` property, as read by whichever path answered.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub systemd_version: Option<String>,
+    /// `systemd`: the serial of PID 1's reply on the system bus (its sd-bus message counter,
+    /// which an affected build cannot take past 2^32).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bus_serial: Option<u32>,
     /// `docker`: containers in state `dead` (short id and name).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub dead_containers: Vec<ContainerRef>,

@@ -71,6 +71,13 @@ fn healthy_bed_every_target_ok() {
         "{r:#}"
     );
     assert_eq!(r["systemd"]["affected"], false);
+    // PID 1's reply on the bus carried its serial; one round gives no rate and no ETA.
+    assert!(
+        r["systemd"]["bus_serial"].as_u64().is_some_and(|s| s > 0),
+        "{r:#}"
+    );
+    assert!(r["systemd"]["bus_serial_rate"].is_null(), "{r:#}");
+    assert!(r["systemd"]["bus_serial_eta_s"].is_null(), "{r:#}");
     assert!(r["targets"]["docker"]["latency_ms"].as_u64().is_some());
 
     // The human table names every target too.

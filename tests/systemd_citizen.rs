@@ -491,6 +491,19 @@ fn status_json_equals_the_file_in_the_contract_keys() {
             .is_some_and(|v| v.starts_with("252")),
         "{s:#}"
     );
+    // The serial forecast: PID 1's bus serial at once, a rate and an ETA once the samples
+    // span 15 s (pleg-guard's own probes make it grow).
+    assert!(s["systemd"]["bus_serial"].is_u64(), "{s:#}");
+    wait_until("a bus serial rate in status.json", secs(40), || {
+        let s = bed.status_json();
+        s["systemd"]["bus_serial_rate"]
+            .as_f64()
+            .is_some_and(|r| r > 0.0)
+            && s["systemd"]["bus_serial_eta_s"].is_u64()
+    });
+    let before_reexec = bed.status_json()["systemd"]["bus_serial"]
+        .as_u64()
+        .unwrap_or(0);
 
     // A fault that reexec cures: findings while it stands, an action afterwards.
     bed.resume_logind_on_reexec();
@@ -511,6 +524,16 @@ fn status_json_equals_the_file_in_the_contract_keys() {
     let s = json_matches_file(&bed, 0);
     assert_eq!(s["actions"][0]["action"], "daemon-reexec", "{s:#}");
     assert_eq!(s["actions"][0]["outcome"], "succeeded", "{s:#}");
+    // The re-executed PID 1 is a new sd-bus connection: its serial starts again.
+    wait_until(
+        "the bus serial to restart after the reexec",
+        secs(20),
+        || {
+            bed.status_json()["systemd"]["bus_serial"]
+                .as_u64()
+                .is_some_and(|v| v < before_reexec)
+        },
+    );
     let b = &s["budget"]["daemon-reexec"];
     assert!(
         b["remaining"].is_u64() && b.get("next_allowed_at").is_some(),

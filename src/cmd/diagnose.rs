@@ -6,6 +6,7 @@ use std::time::SystemTime;
 
 use crate::cli::DiagnoseArgs;
 use crate::diagnosis::{Diagnosis, Severity};
+use crate::forecast::SerialTracker;
 use crate::probe::{Prober, systemd};
 use crate::report::journal;
 use crate::report::status_file::{Overall, Snapshot, SystemdStatus};
@@ -70,10 +71,18 @@ pub fn main(args: DiagnoseArgs) -> ExitCode {
             summary,
             updated_at: round.at,
             interval_ms: u64::try_from(config.interval.as_millis()).unwrap_or(u64::MAX),
-            systemd: SystemdStatus {
-                version: build.map(|b| b.to_string()),
-                affected: verdict.is_affected(),
-                reason: verdict.reason().to_owned(),
+            systemd: {
+                let mut systemd = SystemdStatus {
+                    version: build.map(|b| b.to_string()),
+                    affected: verdict.is_affected(),
+                    reason: verdict.reason().to_owned(),
+                    ..SystemdStatus::default()
+                };
+                let serial = round
+                    .get(crate::target::Target::Systemd)
+                    .and_then(|o| o.facts.bus_serial);
+                systemd.set_forecast(serial.map(SerialTracker::single).as_ref());
+                systemd
             },
             targets: round.by_name(),
             findings: diagnosis.findings().to_vec(),

@@ -42,9 +42,13 @@ impl SystemdProbe {
         bus: impl Future<Output = BusState>,
     ) -> Observation {
         let socket_exists = self.private_socket.exists();
-        let bus_path = async {
+        let mut bus_serial: Option<u32> = None;
+        let serial_slot = &mut bus_serial;
+        let bus_path = async move {
             match bus.await {
-                BusState::Up(conn) => Some(timed(deadline, slow_after, version(conn)).await),
+                BusState::Up(conn) => {
+                    Some(timed(deadline, slow_after, ask_on_bus(conn, serial_slot)).await)
+                }
                 BusState::Failed(f) => Some(f.into_path(start, "the system bus")),
                 BusState::Absent => None,
             }
@@ -77,13 +81,38 @@ impl SystemdProbe {
         {
             self.private = cached;
         }
-        summarize(bus_result, private_result)
+        let mut observation = summarize(bus_result, private_result);
+        observation.facts.bus_serial = bus_serial;
+        observation
     }
 }
 
-/// PID 1's `Version` property over the bus, read without property caching (a cached value
-/// would probe nothing).
-async fn version(conn: Connection) -> Result<String, Pid1Error> {
+/// The unit asked for by the bus probe: the root slice, loaded on every systemd since 205.
+const PROBE_UNIT: &str = "-.slice";
+
+/// Ask PID 1 over the bus with an ordinary method call (`Manager.GetUnit`), keeping the serial
+/// of its reply in `serial`, then (only once it answered) read `Version`.
+///
+/// Why an ordinary call: on a PID 1 wedged by systemd#11809 an ordinary call just gets no
+/// reply, while `Properties.Get`, `Introspect` or `Peer.Ping` make it fail inside its I/O
+/// callback and drop its bus connection, which blurs the very signature we look for. The
+/// `Version` read follows only a reply, i.e. while PID 1 can still send. An error reply
+/// (`NoSuchUnit`) is an answer too: PID 1 sent it.
+async fn ask_on_bus(conn: Connection, serial: &mut Option<u32>) -> Result<String, Pid1Error> {
+    let reply = conn
+        .call_method(
+            Some("org.freedesktop.systemd1"),
+            crate::pid1::MANAGER_PATH,
+            Some(crate::pid1::MANAGER_INTERFACE),
+            "GetUnit",
+            &(PROBE_UNIT,),
+        )
+        .await;
+    let reply_serial = match reply {
+        Ok(m) | Err(zbus::Error::MethodError(_, _, m)) => m.primary_header().serial_num().get(),
+        Err(e) => return Err(e.into()),
+    };
+    *serial = Some(reply_serial);
     let v = Pid1::Bus(conn).version().await?;
     Ok(format!("version {v}"))
 }

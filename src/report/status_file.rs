@@ -39,7 +39,7 @@ impl Overall {
 }
 
 /// What is known of the running systemd.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct SystemdStatus {
     /// The build, as best known (`219-62.el7_6.8`, `252.38-1~deb12u1`), or None.
     pub version: Option<String>,
@@ -47,6 +47,33 @@ pub struct SystemdStatus {
     pub affected: bool,
     /// Why the policy says so.
     pub reason: String,
+    /// The serial of PID 1's latest reply on the system bus (None: not seen).
+    #[serde(default)]
+    pub bus_serial: Option<u32>,
+    /// Serials per second (the larger of the 1 h and the 5 min rate; None: not known yet).
+    #[serde(default)]
+    pub bus_serial_rate: Option<f64>,
+    /// Seconds until the serial reaches 2^32 at that rate (None: unknown, not growing, or a
+    /// build that wraps).
+    #[serde(default)]
+    pub bus_serial_eta_s: Option<u64>,
+    /// A wrap of the serial was seen: the running sd-bus is fixed.
+    #[serde(default)]
+    pub bus_serial_wraps: bool,
+    /// The serial forecast in words (`serial 3.91e9 (91%), +330/s, runs out in ~15 d`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bus_serial_summary: Option<String>,
+}
+
+impl SystemdStatus {
+    /// Fill the serial fields from a forecast.
+    pub fn set_forecast(&mut self, f: Option<&crate::forecast::Forecast>) {
+        self.bus_serial = f.map(|f| f.serial);
+        self.bus_serial_rate = f.and_then(|f| f.rate);
+        self.bus_serial_eta_s = f.and_then(|f| f.eta).map(|d| d.as_secs());
+        self.bus_serial_wraps = f.is_some_and(|f| f.wraps);
+        self.bus_serial_summary = f.map(|f| f.summary());
+    }
 }
 
 /// One action run as reported.
@@ -68,7 +95,7 @@ pub struct ActionRecord {
 }
 
 /// The whole status.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Snapshot {
     /// pleg-guard's version.
     pub pleg_guard_version: String,
@@ -154,4 +181,39 @@ pub fn read(runtime_directory: &Path) -> Result<Snapshot, ReadError> {
         path: p,
         message: format!("not a pleg-guard status: {e}"),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::forecast::{Sample, SerialTracker, Windows};
+    use std::time::Duration;
+
+    #[test]
+    fn serial_fields_are_null_while_unknown() {
+        let json = serde_json::to_value(SystemdStatus::default()).unwrap();
+        for key in ["bus_serial", "bus_serial_rate", "bus_serial_eta_s"] {
+            assert!(json.get(key).is_some_and(|v| v.is_null()), "{key}: {json}");
+        }
+    }
+
+    #[test]
+    fn serial_fields_from_a_forecast_read_back() {
+        let mut t = SerialTracker::new(Windows::default());
+        for i in 0..10u32 {
+            t.observe(Sample {
+                at: Duration::from_secs(u64::from(i) * 10),
+                serial: 4_000_000_000 + i * 3300,
+            });
+        }
+        let mut s = SystemdStatus::default();
+        s.set_forecast(t.forecast().as_ref());
+        assert_eq!(s.bus_serial, Some(4_000_029_700));
+        assert_eq!(s.bus_serial_rate, Some(330.0));
+        let eta = s.bus_serial_eta_s.unwrap();
+        assert_eq!(eta, (u64::from(u32::MAX) - 4_000_029_700) / 330);
+        let back: SystemdStatus =
+            serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
+        assert_eq!(back, s);
+    }
 }

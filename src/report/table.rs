@@ -31,6 +31,9 @@ pub fn render(s: &Snapshot, with_actions: bool) -> String {
         },
         s.systemd.reason
     );
+    if let Some(summary) = &s.systemd.bus_serial_summary {
+        let _ = writeln!(out, "bus: PID 1's {summary}");
+    }
     let _ = writeln!(out);
     let _ = writeln!(
         out,
