@@ -145,8 +145,7 @@ impl P2pConnection {
             rbuf: Vec::new(),
             serial: 0,
         };
-        // SAFETY: geteuid has no preconditions and cannot fail.
-        let uid = unsafe { libc::geteuid() };
+        let uid = nix::unistd::geteuid().as_raw();
         let hex: String = uid
             .to_string()
             .bytes()

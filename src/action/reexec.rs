@@ -8,6 +8,7 @@
 //! succeeds only once PID 1's own `Reexecuting.` journal line (written after the request was
 //! sent) confirms it.
 
+use nix::sys::signal::Signal;
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -87,15 +88,10 @@ async fn send(
             }
         }
         Way::Sigterm => {
-            // SAFETY: kill(2) with a constant pid and signal touches no memory.
-            let rc = unsafe { libc::kill(1, libc::SIGTERM) };
-            if rc == 0 {
-                Ok("signal delivered".into())
-            } else {
-                Err(format!(
-                    "kill(1, SIGTERM): {}",
-                    std::io::Error::last_os_error()
-                ))
+            // systemd documents SIGTERM to PID 1 as "reexecute".
+            match nix::sys::signal::kill(nix::unistd::Pid::from_raw(1), Signal::SIGTERM) {
+                Ok(()) => Ok("signal delivered".into()),
+                Err(e) => Err(format!("kill(1, SIGTERM): {e}")),
             }
         }
     }

@@ -53,9 +53,31 @@ pub fn main(args: StatusArgs) -> ExitCode {
 }
 
 fn pid_alive(pid: u32) -> bool {
-    let Ok(pid) = libc::pid_t::try_from(pid) else {
+    let Ok(pid) = i32::try_from(pid) else {
         return false;
     };
-    // SAFETY: kill with signal 0 only checks for existence; no memory is touched.
-    unsafe { libc::kill(pid, 0) == 0 }
+    // Signal 0 only checks that the process exists. EPERM means it exists but belongs to
+    // someone else: the daemon runs as root and status.json is world-readable, so a non-root
+    // operator running `pleg-guard status` gets exactly that.
+    match nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None) {
+        Ok(()) | Err(nix::errno::Errno::EPERM) => true,
+        Err(_) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pid_alive;
+
+    #[test]
+    fn own_process_is_alive_and_a_free_pid_is_not() {
+        assert!(pid_alive(std::process::id()));
+        assert!(!pid_alive(u32::MAX));
+    }
+
+    #[test]
+    fn another_users_process_counts_as_alive() {
+        // PID 1 exists on every Linux system; as non-root kill(1, 0) gives EPERM.
+        assert!(pid_alive(1));
+    }
 }
