@@ -239,7 +239,11 @@ async fn container_pleg_line(
     since: SystemTime,
 ) -> anyhow::Result<Option<String>> {
     let docker = super::docker::connect(socket).await?;
-    let since_s = since.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    // docker's `since` is whole seconds: round up, so that the last lines of a wedged instance
+    // written in the second kubelet was restarted do not count against the new one.
+    let since_s = since
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() + u64::from(d.subsec_nanos() > 0));
     let options = bollard::query_parameters::LogsOptions {
         stdout: true,
         stderr: true,
