@@ -51,6 +51,28 @@ pub const DEFAULT_STATE_DIRECTORY: &str = "/var/lib/pleg-guard";
 /// Default runtime directory (status.json).
 pub const DEFAULT_RUNTIME_DIRECTORY: &str = "/run/pleg-guard";
 
+/// The longest value any duration key takes: one year. Larger values (`"500000000y"`) would
+/// only overflow a deadline (`Instant + Duration` aborts a release build) or a timestamp
+/// that status.json cannot print; they are rejected with the key named.
+pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
+/// The longest value of the keys that time the probe loop and its waits (`interval`,
+/// `startup_grace`, `probe.*`, `kubelet.pleg_log_window`, `actions.*.settle`): one day.
+pub const MAX_LOOP_DURATION: Duration = Duration::from_secs(24 * 3600);
+
+/// The upper bound of duration key `key` (see [`MAX_DURATION`], [`MAX_LOOP_DURATION`]).
+pub fn duration_ceiling(key: &str) -> Duration {
+    let loop_key = matches!(
+        key,
+        "interval" | "startup_grace" | "kubelet.pleg_log_window"
+    ) || key.starts_with("probe.")
+        || (key.starts_with("actions.") && key.ends_with(".settle"));
+    if loop_key {
+        MAX_LOOP_DURATION
+    } else {
+        MAX_DURATION
+    }
+}
+
 /// Whether the daemon acts or only reports what it would do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -571,6 +593,17 @@ impl Applier<'_> {
         if d.is_zero() && !allow_zero {
             return Err(self.error_at(v.span().start, format!("`{key}` must be above zero")));
         }
+        let ceiling = duration_ceiling(key);
+        if d > ceiling {
+            return Err(self.error_at(
+                v.span().start,
+                format!(
+                    "`{key}` must be at most \"{}d\", not \"{}\"",
+                    ceiling.as_secs() / 86_400,
+                    v.get_ref()
+                ),
+            ));
+        }
         *slot = d;
         Ok(())
     }
@@ -987,6 +1020,61 @@ max_per_day = 4
             let e = parse(text).unwrap_err();
             assert!(e.contains(needle), "{text:?}: {e}");
         }
+    }
+
+    #[test]
+    fn huge_durations_are_rejected_with_the_key_named() {
+        for (text, key) in [
+            (
+                "interval = \"500000000y\"\n",
+                "`interval` must be at most \"1d\"",
+            ),
+            (
+                "startup_grace = \"1000y\"\n",
+                "`startup_grace` must be at most \"1d\"",
+            ),
+            (
+                "[probe]\ntimeout = \"100000y\"\n",
+                "`probe.timeout` must be at most",
+            ),
+            (
+                "[probe]\nslow_after = \"2d\"\n",
+                "`probe.slow_after` must be at most",
+            ),
+            (
+                "[kubelet]\npleg_log_window = \"9999y\"\n",
+                "`kubelet.pleg_log_window`",
+            ),
+            (
+                "[actions.daemon_reexec]\nmin_interval = \"100000y\"\n",
+                "`actions.daemon_reexec.min_interval` must be at most \"365d\"",
+            ),
+            (
+                "[actions.restart_kubelet]\nsettle = \"300000000000y\"\n",
+                "`actions.restart_kubelet.settle` must be at most \"1d\"",
+            ),
+            (
+                "[actions.purge_dead_containers]\nsettle = \"2d\"\n",
+                "`actions.purge_dead_containers.settle`",
+            ),
+            // Past u64 seconds: humantime's own overflow, still a named error.
+            (
+                "interval = \"999999999999999y\"\n",
+                "`interval`: bad duration",
+            ),
+        ] {
+            let e = parse(text).unwrap_err();
+            assert!(e.contains(key), "{text:?}: {e}");
+        }
+        // The ceilings themselves are accepted (interval and timeout at one day each).
+        let c = parse(
+            "interval = \"1d\"\nstartup_grace = \"1d\"\n[probe]\ntimeout = \"1d\"\n[actions.daemon_reexec]\nmin_interval = \"365d\"\nsettle = \"1d\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.actions.daemon_reexec.min_interval, MAX_DURATION);
+        assert_eq!(c.interval, MAX_LOOP_DURATION);
+        // Keys added later get the general ceiling.
+        assert_eq!(duration_ceiling("systemd.serial_warn_before"), MAX_DURATION);
     }
 
     #[test]

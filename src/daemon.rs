@@ -151,14 +151,16 @@ impl Daemon {
         }
         notify::ready(&self.status_line());
 
-        let mut ticker =
-            tokio::time::interval_at(Instant::now() + self.config.interval, self.config.interval);
+        let mut ticker = tokio::time::interval_at(
+            crate::clock::deadline_in(self.config.interval),
+            self.config.interval,
+        );
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let watchdog = notify::watchdog_period().map(|p| p / 3);
         if let Some(period) = notify::watchdog_period() {
             // A round blocks the loop for up to probe.timeout; past half the watchdog period a
             // merely hung probe could get a turning loop killed.
-            if self.config.probe.timeout * 2 >= period {
+            if self.config.probe.timeout.saturating_mul(2) >= period {
                 tracing::warn!(
                     "probe.timeout ({}) is not well below the unit's WatchdogSec ({}): hung probes may trip the watchdog",
                     humantime::format_duration(self.config.probe.timeout),
@@ -179,7 +181,7 @@ impl Daemon {
                 _ = sigint.recv() => break,
                 _ = sighup.recv() => {
                     if let Some(new_interval) = self.reload() {
-                        ticker = tokio::time::interval_at(Instant::now() + new_interval, new_interval);
+                        ticker = tokio::time::interval_at(crate::clock::deadline_in(new_interval), new_interval);
                         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
                     }
                 }
@@ -405,7 +407,7 @@ impl Daemon {
                     aimed_at,
                     next_allowed_at,
                 } => {
-                    let when = humantime::format_rfc3339_seconds(next_allowed_at);
+                    let when = crate::report::time_format::rfc3339(next_allowed_at);
                     let message = format!(
                         "{action} held back by its rate limit (for {}); next run allowed at {when}",
                         join(&aimed_at)
@@ -563,7 +565,7 @@ impl Daemon {
                 id: f.id,
                 action: f.action,
                 aimed_at: f.aimed_at,
-                until: Instant::now() + settle,
+                until: crate::clock::deadline_in(settle),
             });
         }
         self.publish();

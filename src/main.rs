@@ -6,6 +6,7 @@
 
 mod action;
 mod cli;
+mod clock;
 mod cmd;
 mod config;
 mod daemon;

@@ -11,6 +11,7 @@ pub mod dbus;
 pub mod docker;
 pub mod journal_follow;
 pub mod kubelet;
+pub mod log_lines;
 pub mod logind;
 pub mod systemd;
 
@@ -97,7 +98,7 @@ impl Prober {
     pub async fn round(&mut self) -> Round {
         let at = SystemTime::now();
         let start = Instant::now();
-        let deadline = start + self.timeout;
+        let deadline = crate::clock::deadline(start, self.timeout);
         let slow = self.slow_after;
 
         // The bus connection is shared by the three bus targets. It is (re)made once per

@@ -189,7 +189,7 @@ fn severity(s: TargetState) -> u8 {
 /// The systemd package version from the package database (`rpm` or `dpkg-query`), or None
 /// when neither knows it. Bounded by `timeout`; the child is killed if abandoned.
 pub async fn package_version(timeout: Duration) -> Option<String> {
-    let deadline = Instant::now() + timeout;
+    let deadline = crate::clock::deadline_in(timeout);
     let queries: [(&str, &[&str]); 2] = [
         ("rpm", &["-q", "--qf", "%{VERSION}-%{RELEASE}", "systemd"]),
         ("dpkg-query", &["-W", "-f", "${Version}", "systemd"]),

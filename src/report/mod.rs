@@ -15,7 +15,13 @@ pub mod time_format {
 
     /// Serialise.
     pub fn serialize<S: Serializer>(t: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&humantime::format_rfc3339_seconds(*t).to_string())
+        s.serialize_str(&rfc3339(*t))
+    }
+
+    /// RFC 3339 UTC, seconds; a time outside 1970..=9999 is clamped to that range (the
+    /// formatter would panic on it).
+    pub fn rfc3339(t: SystemTime) -> String {
+        humantime::format_rfc3339_seconds(crate::clock::printable(t)).to_string()
     }
 
     /// Deserialise.

@@ -121,7 +121,7 @@ pub fn render(s: &Snapshot, with_actions: bool) -> String {
 }
 
 fn rfc3339(t: SystemTime) -> String {
-    humantime::format_rfc3339_seconds(t).to_string()
+    crate::report::time_format::rfc3339(t)
 }
 
 fn ago(t: SystemTime) -> String {
