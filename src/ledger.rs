@@ -140,10 +140,23 @@ impl Ledger {
         }
     }
 
-    /// Forget runs older than `keep` (they no longer limit anything).
+    /// Forget runs older than `keep` (they no longer count against `max_per_day`), except
+    /// the newest run of each action: `min_interval` is measured from it, however long
+    /// `min_interval` is (`"3d"` must not silently become `keep`).
     pub fn prune(&mut self, now: SystemTime, keep: Duration) {
-        self.entries
-            .retain(|e| now.duration_since(e.at).map_or(true, |age| age <= keep));
+        let newest: Vec<u64> = ActionKind::ALL
+            .iter()
+            .filter_map(|a| {
+                self.entries
+                    .iter()
+                    .filter(|e| e.action == *a)
+                    .max_by_key(|e| (e.at, e.id))
+                    .map(|e| e.id)
+            })
+            .collect();
+        self.entries.retain(|e| {
+            newest.contains(&e.id) || now.duration_since(e.at).map_or(true, |age| age <= keep)
+        });
     }
 
     /// The budget of `action` at `now`.
@@ -168,7 +181,7 @@ impl Ledger {
 
         let mut next: Option<SystemTime> = None;
         if let Some(last) = runs.iter().max() {
-            let t = *last + cfg.min_interval;
+            let t = crate::clock::later(*last, cfg.min_interval);
             if t > now {
                 next = Some(t);
             }
@@ -179,7 +192,7 @@ impl Ledger {
             sorted.sort();
             let idx = (used - max) as usize;
             if let Some(t) = sorted.get(idx) {
-                let t = *t + DAY;
+                let t = crate::clock::later(*t, DAY);
                 next = Some(next.map_or(t, |n| n.max(t)));
             }
         }
@@ -410,6 +423,58 @@ mod tests {
         l.record_start(A, t(0) + DAY + Duration::from_secs(10));
         l.prune(t(0) + DAY + Duration::from_secs(20), DAY);
         assert_eq!(l.entries().len(), 1);
+    }
+
+    /// `min_interval = "3d"` with the daemon's 48 h history: the last run is kept past 48 h,
+    /// so the action is still held back on day 3 and allowed after it.
+    #[test]
+    fn min_interval_longer_than_the_history_still_holds() {
+        let keep = DAY * 2; // what the daemon prunes at
+        let three_days = cfg(3 * 86_400, 3);
+        let mut l = Ledger::default();
+        let id = l.record_start(A, t(0));
+        l.record_end(id, RunOutcome::Succeeded, "x");
+        l.record_start(ActionKind::RestartKubelet, t(10));
+        l.record_start(ActionKind::RestartKubelet, t(20));
+        let day_2_5 = t(0) + DAY * 5 / 2;
+        l.prune(day_2_5, keep);
+        // Only the newest run of each action survives.
+        let ids: Vec<(ActionKind, SystemTime)> =
+            l.entries().iter().map(|e| (e.action, e.at)).collect();
+        assert_eq!(ids, [(A, t(0)), (ActionKind::RestartKubelet, t(20))]);
+        assert_eq!(l.check(A, &three_days, day_2_5), Err(t(3 * 86_400)));
+        // ... through a save and a load, and further prunes.
+        let d = tempdir("long-min-interval");
+        let f = LedgerFile::new(&d);
+        f.save(&l).unwrap();
+        let mut back = f.load(day_2_5).ledger;
+        back.prune(t(3 * 86_400 - 1), keep);
+        assert_eq!(
+            back.check(A, &three_days, t(3 * 86_400 - 1)),
+            Err(t(3 * 86_400))
+        );
+        assert_eq!(back.check(A, &three_days, t(3 * 86_400)), Ok(()));
+        // The kept run no longer counts against max_per_day.
+        assert_eq!(back.budget(A, &three_days, t(3 * 86_400)).remaining, 3);
+        // A year-long min_interval holds for the year.
+        let year = cfg(365 * 86_400, 3);
+        back.prune(t(364 * 86_400), keep);
+        assert!(back.check(A, &year, t(364 * 86_400)).is_err());
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// A min_interval or a ledger time so large that `last + min_interval` would not fit, or
+    /// not print, saturates at 9999-12-31 instead of panicking.
+    #[test]
+    fn huge_sums_saturate() {
+        let mut l = Ledger::default();
+        l.record_start(A, t(0));
+        let mut huge = cfg(0, 1);
+        huge.min_interval = Duration::MAX;
+        let b = l.budget(A, &huge, t(1));
+        assert_eq!(b.next_allowed_at, Some(crate::clock::last_printable()));
+        let json = serde_json::to_string(&b).unwrap();
+        assert!(json.contains("9999-12-31T23:59:59Z"), "{json}");
     }
 
     fn tempdir(name: &str) -> PathBuf {
