@@ -8,10 +8,12 @@
 //! starts another. Dropping the follower kills the child.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
-use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::io::AsyncReadExt;
 use tokio::task::JoinHandle;
+
+use super::log_lines::LineAssembler;
 
 /// The newest matching line and its journal timestamp.
 type Latest = Arc<Mutex<Option<(SystemTime, String)>>>;
@@ -72,16 +74,14 @@ impl JournalFollower {
         let marker = self.marker;
         self.task = Some(tokio::spawn(async move {
             let _child = child; // killed when the task ends or is aborted
-            let mut lines = BufReader::new(stdout).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                if line.contains(marker) {
-                    let at = parse_short_unix(&line).unwrap_or_else(SystemTime::now);
-                    if let Ok(mut l) = latest.lock() {
-                        if l.as_ref().is_none_or(|(t, _)| *t <= at) {
-                            *l = Some((at, line.chars().take(400).collect()));
-                        }
-                    }
+            let mut stdout = stdout;
+            let mut lines = LineAssembler::new();
+            let mut chunk = vec![0u8; 16 * 1024];
+            while let Ok(n) = stdout.read(&mut chunk).await {
+                if n == 0 {
+                    break;
                 }
+                lines.push(&chunk[..n], |line| note_line(&latest, marker, line));
             }
         }));
         Ok(())
@@ -104,18 +104,35 @@ impl Drop for JournalFollower {
     }
 }
 
+/// Remember `line` if it holds `marker` and is the newest such line. A line stamped in the
+/// future (a clock that was ahead when it was written) counts as written now: it must age out
+/// of the window like any other, not stand for ever.
+fn note_line(latest: &Latest, marker: &str, line: &str) {
+    if !line.contains(marker) {
+        return;
+    }
+    let now = SystemTime::now();
+    let at = parse_short_unix(line).map_or(now, |t| t.min(now));
+    if let Ok(mut l) = latest.lock() {
+        if l.as_ref().is_none_or(|(t, _)| *t <= at) {
+            *l = Some((at, line.chars().take(400).collect()));
+        }
+    }
+}
+
 /// The timestamp of a `-o short-unix` line (`1733150000.123456 host kubelet[1]: ...`).
 fn parse_short_unix(line: &str) -> Option<SystemTime> {
     let stamp = line.split_whitespace().next()?;
     let (secs, frac) = stamp.split_once('.').unwrap_or((stamp, "0"));
     let secs: u64 = secs.parse().ok()?;
     let micros: u64 = format!("{frac:0<6}").get(..6)?.parse().ok()?;
-    Some(UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_micros(micros))
+    crate::clock::from_unix(secs, micros)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn short_unix_timestamps() {

@@ -14,6 +14,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 
 use super::journal_follow::JournalFollower;
+use super::log_lines::LineAssembler;
 use super::{bounded, timed};
 use crate::config::{HttpUrl, KubeletConfig};
 use crate::target::{Facts, Observation, PathResult, Target, TargetState};
@@ -252,15 +253,47 @@ async fn container_pleg_line(
         ..Default::default()
     };
     let mut stream = docker.logs(name, Some(options));
-    let mut last = None;
+    let mut scan = PlegScan::default();
     while let Some(chunk) = stream.next().await {
-        let chunk = chunk?;
-        let text = chunk.to_string();
-        if let Some(line) = last_pleg_line(&text) {
-            last = Some(line);
-        }
+        scan.push(&chunk?);
     }
-    Ok(last)
+    Ok(scan.finish())
+}
+
+/// Finds the last PLEG line in docker's log stream, whose frames split lines anywhere: each
+/// stream (stdout, stderr, a TTY's console) is joined into whole lines on its own.
+#[derive(Default)]
+struct PlegScan {
+    streams: [LineAssembler; 4],
+    last: Option<String>,
+}
+
+impl PlegScan {
+    fn push(&mut self, chunk: &bollard::container::LogOutput) {
+        use bollard::container::LogOutput;
+        let (i, bytes) = match chunk {
+            LogOutput::StdOut { message } => (0, message),
+            LogOutput::StdErr { message } => (1, message),
+            LogOutput::Console { message } => (2, message),
+            LogOutput::StdIn { message } => (3, message),
+        };
+        let last = &mut self.last;
+        self.streams[i].push(bytes, |line| note_pleg_line(last, line));
+    }
+
+    fn finish(mut self) -> Option<String> {
+        let last = &mut self.last;
+        for s in &mut self.streams {
+            s.finish(|line| note_pleg_line(last, line));
+        }
+        self.last
+    }
+}
+
+fn note_pleg_line(last: &mut Option<String>, line: &str) {
+    if line.contains(PLEG_MARKER) {
+        *last = Some(line.chars().take(400).collect());
+    }
 }
 
 /// The last line of `log` that carries the PLEG marker.
@@ -303,6 +336,58 @@ mod tests {
             "PLEG is not healthy: pleg was last seen active 3m45.252087921s ago; threshold is 3m0s"
         );
         assert_eq!(last_pleg_line("I1105 fine\n"), None);
+    }
+
+    /// docker's log frames split lines anywhere (here: inside the marker, and a line spread
+    /// over three frames interleaved with stderr): the line is still found.
+    #[test]
+    fn a_pleg_line_split_across_docker_log_frames_is_matched() {
+        use bollard::container::LogOutput;
+        let out = |s: &str| LogOutput::StdOut {
+            message: s.as_bytes().to_vec().into(),
+        };
+        let err = |s: &str| LogOutput::StdErr {
+            message: s.as_bytes().to_vec().into(),
+        };
+        let i = NEW.find("PLEG is").unwrap() + 4;
+        for frames in [
+            vec![
+                out("I1105 starting\n"),
+                out(&NEW[..i]),
+                out(&NEW[i..]),
+                out("\n"),
+            ],
+            vec![
+                err(&OLD[..10]),
+                out(&NEW[..20]),
+                err(&OLD[10..]),
+                out(&NEW[20..i]),
+                err("\n"),
+                out(&format!("{}\nI1105 other\n", &NEW[i..])),
+            ],
+            // No final newline: the stream ended mid-line.
+            vec![out(&NEW[..i]), out(&NEW[i..])],
+        ] {
+            let mut scan = PlegScan::default();
+            for f in &frames {
+                scan.push(f);
+            }
+            assert_eq!(scan.finish().as_deref(), Some(NEW), "{frames:?}");
+        }
+        // Each half alone holds no marker: the old per-chunk search missed it.
+        assert_eq!(last_pleg_line(&NEW[..i]), None);
+        assert_eq!(last_pleg_line(&NEW[i..]), None);
+        // A TTY container's console stream, split in every possible place.
+        for cut in 0..=OLD.len() {
+            let mut scan = PlegScan::default();
+            scan.push(&LogOutput::Console {
+                message: OLD.as_bytes()[..cut].to_vec().into(),
+            });
+            scan.push(&LogOutput::Console {
+                message: [&OLD.as_bytes()[cut..], b"\r\n"].concat().into(),
+            });
+            assert_eq!(scan.finish().as_deref(), Some(OLD), "cut at {cut}");
+        }
     }
 
     #[test]
