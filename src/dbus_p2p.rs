@@ -307,6 +307,7 @@ fn message_length(buf: &[u8]) -> Result<Option<usize>, P2pError> {
         b'B' => true,
         e => return Err(P2pError::Protocol(format!("bad endianness byte {e:#x}"))),
     };
+    check_version(fixed[3])?;
     let u32_at = |i: usize| {
         let b = [fixed[i], fixed[i + 1], fixed[i + 2], fixed[i + 3]];
         if big {
@@ -325,6 +326,15 @@ fn message_length(buf: &[u8]) -> Result<Option<usize>, P2pError> {
     Ok(Some(total))
 }
 
+/// The major protocol version byte must be 1 (the only one the specification defines).
+fn check_version(v: u8) -> Result<(), P2pError> {
+    if v == 1 {
+        Ok(())
+    } else {
+        Err(P2pError::Protocol(format!("protocol version {v}, not 1")))
+    }
+}
+
 /// The parts of a message this client looks at.
 #[derive(Debug)]
 struct Parsed {
@@ -341,23 +351,35 @@ fn parse_message(msg: &[u8]) -> Result<Parsed, P2pError> {
     if msg.len() < 16 {
         return Err(short());
     }
-    let big = msg[0] == b'B';
+    let big = match msg[0] {
+        b'l' => false,
+        b'B' => true,
+        e => return Err(P2pError::Protocol(format!("bad endianness byte {e:#x}"))),
+    };
+    check_version(msg[3])?;
     let kind = msg[1];
     let mut r = Reader::new(msg, big);
+    r.pos = 4;
+    let body_len = r.u32()? as usize;
     r.pos = 12;
     let fields_len = r.u32()? as usize;
     let fields_end = 16usize
         .checked_add(fields_len)
         .filter(|e| *e <= msg.len())
         .ok_or_else(short)?;
+    // Header fields are read from the header-field array alone: a field that claims to run
+    // past its end is a truncated message, not a read into the body.
+    let mut r = Reader::new(&msg[..fields_end], big);
+    r.pos = 16;
     let mut reply_serial = None;
     let mut error_name = None;
     let mut signature = String::new();
     while r.pos < fields_end {
-        r.align(8)?;
-        if r.pos >= fields_end {
+        let next = r.pos.div_ceil(8) * 8;
+        if next >= fields_end {
             break;
         }
+        r.pos = next;
         let code = r.byte()?;
         let sig = r.signature()?;
         match sig.as_str() {
@@ -387,7 +409,14 @@ fn parse_message(msg: &[u8]) -> Result<Parsed, P2pError> {
         }
     }
     let body_start = fields_end.div_ceil(8) * 8;
-    let body = msg.get(body_start..).ok_or_else(short)?.to_vec();
+    let body_end = body_start.checked_add(body_len).ok_or_else(short)?;
+    if body_end != msg.len() {
+        return Err(P2pError::Protocol(format!(
+            "body length {body_len} does not match the message ({} bytes after the header)",
+            msg.len().saturating_sub(body_start)
+        )));
+    }
+    let body = msg.get(body_start..body_end).ok_or_else(short)?.to_vec();
     Ok(Parsed {
         kind,
         big_endian: big,
@@ -614,5 +643,146 @@ mod tests {
                 .is_err()
         );
         assert!(Reader::new(&[5, 0, 0, 0, b'a'], false).string().is_err());
+    }
+
+    /// The header-field array claims 8 bytes, but its one field (an error name) runs on into
+    /// the body: that was read as the error name; now it is a truncated message.
+    #[test]
+    fn a_header_field_past_the_field_array_is_refused() {
+        let mut m = reply(3, 9, Some("org.freedesktop.systemd1.NoSuchUnit"), "s", &[]);
+        // Shrink the field array's length to 8: field 4's string now ends far past it.
+        // The body then starts at 24 and holds the rest, so the lengths stay consistent.
+        m[12..16].copy_from_slice(&8u32.to_le_bytes());
+        let body_len = (m.len() - 24) as u32;
+        m[4..8].copy_from_slice(&body_len.to_le_bytes());
+        assert!(message_length(&m).unwrap() == Some(m.len()));
+        assert!(parse_message(&m).is_err());
+    }
+
+    #[test]
+    fn the_protocol_version_and_body_length_are_checked() {
+        let good = reply(2, 7, None, "", &[]);
+        assert!(parse_message(&good).is_ok());
+        let mut v2 = good.clone();
+        v2[3] = 2;
+        assert!(parse_message(&v2).is_err());
+        assert!(message_length(&v2).is_err());
+        let mut bad_endian = good.clone();
+        bad_endian[0] = b'x';
+        assert!(parse_message(&bad_endian).is_err());
+        // A body shorter than declared is refused, not read as a shorter body.
+        let mut short_body = good.clone();
+        short_body[4..8].copy_from_slice(&8u32.to_le_bytes());
+        assert!(parse_message(&short_body).is_err());
+    }
+
+    /// A peer that declares a 4 GiB body gets an error at once; nothing near that is
+    /// allocated or waited for.
+    #[tokio::test]
+    async fn a_huge_declared_body_is_refused_without_allocating_it() {
+        let (ours, mut theirs) = UnixStream::pair().unwrap();
+        let mut conn = P2pConnection {
+            stream: ours,
+            rbuf: Vec::new(),
+            serial: 0,
+        };
+        let mut header = vec![b'l', 2, 0, 1];
+        header.extend_from_slice(&u32::MAX.to_le_bytes());
+        header.extend_from_slice(&1u32.to_le_bytes());
+        header.extend_from_slice(&0u32.to_le_bytes());
+        theirs.write_all(&header).await.unwrap();
+        let r = tokio::time::timeout(Duration::from_secs(2), conn.read_message()).await;
+        assert!(matches!(r, Ok(Err(P2pError::Protocol(_)))), "{r:?}");
+        assert!(conn.rbuf.capacity() < 64 * 1024);
+        // A field array of 4 GiB likewise.
+        let (ours, mut theirs) = UnixStream::pair().unwrap();
+        conn.stream = ours;
+        conn.rbuf.clear();
+        let mut header = vec![b'l', 2, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0];
+        header.extend_from_slice(&u32::MAX.to_le_bytes());
+        theirs.write_all(&header).await.unwrap();
+        let r = tokio::time::timeout(Duration::from_secs(2), conn.read_message()).await;
+        assert!(matches!(r, Ok(Err(P2pError::Protocol(_)))), "{r:?}");
+        // An endless authentication line is cut off too.
+        let (ours, mut theirs) = UnixStream::pair().unwrap();
+        conn.stream = ours;
+        conn.rbuf.clear();
+        theirs.write_all(&[b'x'; 16 * 1024]).await.unwrap();
+        let r = tokio::time::timeout(Duration::from_secs(2), conn.read_line()).await;
+        assert!(matches!(r, Ok(Err(P2pError::Protocol(_)))), "{r:?}");
+    }
+
+    /// Inputs tried by the property tests below: 10,000 random byte strings and 10,000
+    /// mutations of valid replies.
+    pub const PROPERTY_CASES: u32 = 10_000;
+
+    fn valid_replies() -> Vec<Vec<u8>> {
+        let mut s = Writer::default();
+        s.string("252.38-1~deb12u1");
+        let mut v = Writer::default();
+        v.signature("s");
+        v.string("/org/freedesktop/systemd1/unit/_2d_2eslice");
+        vec![
+            reply(2, 7, None, "s", &s.bytes),
+            reply(2, 8, None, "v", &v.bytes),
+            reply(
+                3,
+                9,
+                Some("org.freedesktop.DBus.Error.Failed"),
+                "s",
+                &s.bytes,
+            ),
+            reply(2, 1, None, "", &[]),
+            encode_call(&PING, 3),
+        ]
+    }
+
+    /// Everything a caller does with an incoming message.
+    fn consume(bytes: &[u8]) {
+        if let Ok(Some(len)) = message_length(bytes) {
+            assert!(len <= MAX_MESSAGE);
+        }
+        if let Ok(p) = parse_message(bytes) {
+            assert!(p.body.len() <= bytes.len());
+            let r = Reply {
+                signature: p.signature,
+                body: p.body,
+                big_endian: p.big_endian,
+            };
+            let _ = r.string();
+            let _ = r.variant_string();
+        }
+    }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: PROPERTY_CASES, ..ProptestConfig::default() })]
+
+        #[test]
+        fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            consume(&bytes);
+        }
+
+        #[test]
+        fn mutated_replies_never_panic(
+            which in 0usize..5,
+            edits in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>(), 0u8..4), 1..6),
+            cut in any::<prop::sample::Index>(),
+        ) {
+            let mut m = valid_replies().swap_remove(which);
+            for (at, byte, op) in edits {
+                let i = at.index(m.len());
+                match op {
+                    0 | 1 => m[i] = byte,                 // overwrite (lengths, codes, signatures)
+                    2 => m.insert(i, byte),
+                    _ => { m.remove(i); }
+                }
+                if m.is_empty() { break; }
+            }
+            consume(&m);
+            let keep = cut.index(m.len() + 1);
+            consume(&m[..keep]);
+        }
     }
 }

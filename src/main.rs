@@ -17,6 +17,8 @@ mod ladder;
 mod ledger;
 mod pid1;
 mod probe;
+#[cfg(test)]
+mod property_tests;
 mod report;
 mod systemd_version;
 mod target;

@@ -120,8 +120,23 @@ fn note_line(latest: &Latest, marker: &str, line: &str) {
     }
 }
 
+/// [`note_line`] on a fresh follower state; checks that what it keeps is not in the future.
+#[cfg(test)]
+pub(crate) fn note_line_for_test(line: &str) {
+    let latest: Latest = Arc::new(Mutex::new(None));
+    note_line(&latest, PLEG_MARKER_FOR_TEST, line);
+    let kept = latest.lock().ok().and_then(|l| l.clone());
+    if let Some((at, text)) = kept {
+        assert!(at <= SystemTime::now());
+        assert!(text.chars().count() <= 400);
+    }
+}
+
+#[cfg(test)]
+const PLEG_MARKER_FOR_TEST: &str = "PLEG is not healthy";
+
 /// The timestamp of a `-o short-unix` line (`1733150000.123456 host kubelet[1]: ...`).
-fn parse_short_unix(line: &str) -> Option<SystemTime> {
+pub(crate) fn parse_short_unix(line: &str) -> Option<SystemTime> {
     let stamp = line.split_whitespace().next()?;
     let (secs, frac) = stamp.split_once('.').unwrap_or((stamp, "0"));
     let secs: u64 = secs.parse().ok()?;
@@ -145,5 +160,34 @@ mod tests {
         );
         assert!(parse_short_unix("-- No entries --").is_none());
         assert!(parse_short_unix("").is_none());
+        // Seconds past year 9999 (or past what SystemTime holds) are no timestamp, not a panic.
+        assert!(parse_short_unix("18446744073709551615.999999 x").is_none());
+        assert!(parse_short_unix("253402300800 x").is_none());
+    }
+
+    /// A PLEG line stamped a year ahead (the clock was wrong when it was written) counts as
+    /// written now, so it ages out of the window instead of standing for ever.
+    #[test]
+    fn a_future_stamped_line_counts_as_now() {
+        let latest: Latest = Arc::new(Mutex::new(None));
+        let ahead = SystemTime::now() + Duration::from_secs(365 * 86_400);
+        let secs = ahead.duration_since(UNIX_EPOCH).unwrap().as_secs();
+        note_line(
+            &latest,
+            "PLEG",
+            &format!("{secs}.000000 h kubelet[1]: PLEG is not healthy"),
+        );
+        let (at, _) = latest.lock().unwrap().clone().unwrap();
+        assert!(at <= SystemTime::now());
+        let f = JournalFollower {
+            unit: "kubelet.service".into(),
+            marker: "PLEG",
+            latest,
+            task: None,
+        };
+        assert!(
+            f.latest_since(SystemTime::now() + Duration::from_secs(60))
+                .is_none()
+        );
     }
 }

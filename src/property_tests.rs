@@ -1,0 +1,308 @@
+//! Property tests of every parser that reads input from outside the process: random and
+//! mutated inputs must give a value or an error, never a panic (the release profile aborts
+//! on panic) and never memory out of proportion to the input.
+//!
+//! Covered here: the systemd version parsers, the config loader, journal lines, docker's
+//! JSON, the ledger file and status.json. The D-Bus p2p reader's own properties are in
+//! `dbus_p2p`'s tests, the log line assembler's in `probe::log_lines`'s. Each property runs
+//! [`CASES`] inputs (a few seconds in all, unoptimised).
+
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+use proptest::prelude::*;
+
+use crate::action::ActionKind;
+use crate::config;
+use crate::ledger::Ledger;
+use crate::probe::journal_follow;
+use crate::report::status_file::Snapshot;
+use crate::systemd_version::{self, FixedBuild};
+
+/// Inputs per property.
+pub const CASES: u32 = 3_000;
+
+fn cfg() -> ProptestConfig {
+    ProptestConfig {
+        cases: CASES,
+        ..ProptestConfig::default()
+    }
+}
+
+/// Apply byte-level edits (overwrite, insert, delete) to `text`.
+fn mutate(text: &[u8], edits: &[(prop::sample::Index, u8, u8)]) -> Vec<u8> {
+    let mut m = text.to_vec();
+    for (at, byte, op) in edits {
+        if m.is_empty() {
+            m.push(*byte);
+            continue;
+        }
+        let i = at.index(m.len());
+        match op % 3 {
+            0 => m[i] = *byte,
+            1 => m.insert(i, *byte),
+            _ => {
+                m.remove(i);
+            }
+        }
+    }
+    m
+}
+
+fn edits() -> impl Strategy<Value = Vec<(prop::sample::Index, u8, u8)>> {
+    proptest::collection::vec(
+        (any::<prop::sample::Index>(), any::<u8>(), any::<u8>()),
+        1..8,
+    )
+}
+
+/// Bytes a config or JSON mutation likes: structure characters, digits, units, quotes.
+fn interesting_byte() -> impl Strategy<Value = u8> {
+    prop_oneof![
+        any::<u8>(),
+        prop::sample::select(b"[]{}\"'=.,:\n#-0123456789ymdhs \\".to_vec()),
+    ]
+}
+
+const CONFIG: &str = include_str!("../packaging/config.toml");
+
+const LEDGER: &str = r#"{"format":1,"next_id":3,"entries":[
+ {"id":1,"action":"daemon-reexec","at":"2026-12-01T10:00:00Z","outcome":"succeeded","detail":"private socket","symptom":"cleared"},
+ {"id":2,"action":"restart-kubelet","at":"2026-12-02T10:00:00Z","outcome":"started"},
+ {"id":3,"action":"purge-dead-containers","at":"2026-12-02T11:00:00Z","outcome":"failed","detail":"x"}]}"#;
+
+const CONTAINERS: &str = r#"[{"Id":"8dfafdbc3a40aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa","Names":["/k8s_POD_x"],
+ "Image":"pause:3.9","ImageID":"sha256:1","Command":"/pause","Created":1733150000,"Ports":[],
+ "Labels":{"io.kubernetes.pod.name":"x"},"State":"dead","Status":"Dead","HostConfig":{"NetworkMode":"none"},
+ "NetworkSettings":{"Networks":{}},"Mounts":[]},
+ {"Id":"ab","Names":["/kubelet"],"State":"removing","Status":"Removal In Progress"}]"#;
+
+const INSPECT: &str = r#"{"Id":"ab","Created":"2026-12-01T10:00:00.123456789Z","Path":"/pause","Args":[],
+ "State":{"Status":"dead","Running":false,"Paused":false,"Restarting":false,"OOMKilled":false,"Dead":true,"Pid":0,"ExitCode":0,
+ "Error":"","StartedAt":"2026-12-01T10:00:00Z","FinishedAt":"0001-01-01T00:00:00Z"},"Name":"/x","RestartCount":0}"#;
+
+/// Random text: any character, with ASCII punctuation and digits made likely.
+fn text(max: usize) -> impl Strategy<Value = String> {
+    proptest::collection::vec(
+        prop_oneof![
+            any::<char>(),
+            prop::sample::select(
+                "[]{}()\"'=.,:~^+_-\n#0123456789 abcsvy"
+                    .chars()
+                    .collect::<Vec<_>>()
+            ),
+        ],
+        0..max,
+    )
+    .prop_map(String::from_iter)
+}
+
+fn version_like() -> BoxedStrategy<String> {
+    match proptest::string::string_regex(
+        r"(systemd |v)?[0-9]{0,12}([.~^+:_-][0-9a-z]{0,6}){0,5}( \([0-9a-z.~_-]{0,20}\)?)?",
+    ) {
+        Ok(s) => s.boxed(),
+        Err(_) => Just(String::new()).boxed(),
+    }
+}
+
+/// Every operation on a ledger, for a ledger read from a file.
+fn use_ledger(mut l: Ledger) {
+    let now = SystemTime::now();
+    let actions = config::Config::default().actions;
+    for a in ActionKind::ALL {
+        let c = a.config(&actions);
+        let b = l.budget(a, c, now);
+        let _ = serde_json::to_string(&b);
+        let _ = l.check(a, c, now);
+        let mut huge = c.clone();
+        huge.min_interval = Duration::MAX;
+        let _ = serde_json::to_string(&l.budget(a, &huge, now));
+    }
+    l.prune(now, crate::ledger::DAY * 2);
+    let id = l.record_start(ActionKind::DaemonReexec, now);
+    l.record_end(id, crate::ledger::RunOutcome::Succeeded, "x");
+    let _ = serde_json::to_string(&l);
+}
+
+proptest! {
+    #![proptest_config(cfg())]
+
+    #[test]
+    fn version_parsers_never_panic(s in text(60), v in version_like()) {
+        let fixed = FixedBuild::defaults();
+        for input in [s.as_str(), v.as_str()] {
+            let _ = systemd_version::parse_manager_version(input);
+            let _ = systemd_version::parse_package_version(input);
+            let _ = input.parse::<FixedBuild>();
+            let (build, verdict) = systemd_version::identify(Some(input), Some(&v), &fixed);
+            let _ = build.map(|b| b.to_string());
+            let _ = verdict.reason();
+        }
+    }
+
+    /// rpmvercmp is a consistent order: antisymmetric and reflexive.
+    #[test]
+    fn rpmvercmp_is_antisymmetric(a in version_like(), b in version_like()) {
+        prop_assert_eq!(
+            systemd_version::rpmvercmp(&a, &b),
+            systemd_version::rpmvercmp(&b, &a).reverse()
+        );
+        prop_assert_eq!(systemd_version::rpmvercmp(&a, &a), std::cmp::Ordering::Equal);
+    }
+
+    #[test]
+    fn config_loader_never_panics_on_random_text(s in text(120)) {
+        let _ = config::parse_str(Path::new("/etc/pleg-guard/config.toml"), &s);
+    }
+
+    /// Any number with any unit, for every duration key: a config or an error naming the key.
+    #[test]
+    fn any_duration_value_is_a_config_or_a_named_error(
+        key in prop::sample::select(vec![
+            ("", "interval"), ("", "startup_grace"), ("probe", "timeout"), ("probe", "slow_after"),
+            ("kubelet", "pleg_log_window"), ("actions.daemon_reexec", "min_interval"),
+            ("actions.restart_kubelet", "settle"), ("actions.purge_dead_containers", "min_interval"),
+        ]),
+        n in prop_oneof![0u64..1000, any::<u64>()],
+        unit in prop::sample::select(vec!["ns", "us", "ms", "s", "m", "h", "d", "w", "M", "y", ""]),
+    ) {
+        let (table, name) = key;
+        let text = if table.is_empty() {
+            format!("{name} = \"{n}{unit}\"\n")
+        } else {
+            format!("[{table}]\n{name} = \"{n}{unit}\"\n")
+        };
+        match config::parse_str(Path::new("/c.toml"), &text) {
+            Ok(c) => {
+                prop_assert!(c.interval <= config::MAX_LOOP_DURATION);
+                prop_assert!(c.actions.daemon_reexec.min_interval <= config::MAX_DURATION);
+            }
+            Err(e) => {
+                let e = e.to_string();
+                let full = if table.is_empty() { name.to_owned() } else { format!("{table}.{name}") };
+                // Relations name both keys (`probe.timeout` must not exceed `interval`).
+                prop_assert!(e.contains(&format!("`{full}`")) || e.contains("must not exceed"), "{}", e);
+            }
+        }
+    }
+
+    #[test]
+    fn journal_lines_never_panic(s in text(120), secs in any::<u64>(), frac in any::<u64>()) {
+        let _ = journal_follow::parse_short_unix(&s);
+        let line = format!("{secs}.{frac} host kubelet[1]: PLEG is not healthy {s}");
+        if let Some(t) = journal_follow::parse_short_unix(&line) {
+            let _ = crate::report::time_format::rfc3339(t);
+        }
+        journal_follow::note_line_for_test(&line);
+    }
+
+    #[test]
+    fn docker_json_never_panics(
+        which in 0usize..2,
+        e in proptest::collection::vec((any::<prop::sample::Index>(), interesting_byte(), any::<u8>()), 1..8),
+    ) {
+        if which == 0 {
+            let m = mutate(CONTAINERS.as_bytes(), &e);
+            if let Ok(list) = serde_json::from_slice::<Vec<bollard::models::ContainerSummary>>(&m) {
+                for c in &list {
+                    let _ = crate::probe::docker::may_be_dead(c);
+                    let r = crate::probe::docker::container_ref(c);
+                    prop_assert!(r.id.len() <= c.id.as_deref().map_or(1, str::len).max(1));
+                }
+            }
+        } else {
+            let m = mutate(INSPECT.as_bytes(), &e);
+            let _ = serde_json::from_slice::<bollard::models::ContainerInspectResponse>(&m);
+        }
+    }
+
+    #[test]
+    fn ledger_files_never_panic(e in edits()) {
+        let m = mutate(LEDGER.as_bytes(), &e);
+        if let Ok(l) = serde_json::from_slice::<Ledger>(&m) {
+            use_ledger(l);
+        }
+    }
+
+    #[test]
+    fn status_files_never_panic(e in edits(), with_actions in any::<bool>()) {
+        let snapshot = serde_json::to_vec(&sample_snapshot()).unwrap_or_default();
+        let m = mutate(&snapshot, &e);
+        if let Ok(s) = serde_json::from_slice::<Snapshot>(&m) {
+            let _ = crate::report::table::render(&s, with_actions);
+        }
+    }
+}
+
+proptest! {
+    // Each case parses the whole shipped config (~100 lines): a third as many.
+    #![proptest_config(ProptestConfig { cases: CASES / 3, ..ProptestConfig::default() })]
+
+    #[test]
+    fn config_loader_never_panics_on_mutated_configs(
+        e in proptest::collection::vec((any::<prop::sample::Index>(), interesting_byte(), any::<u8>()), 1..8),
+        uncomment in any::<bool>(),
+    ) {
+        // The shipped file with its commented defaults switched on: every key present.
+        let base: String = if uncomment {
+            CONFIG.lines().map(|l| l.strip_prefix('#').filter(|r| !r.starts_with([' ', '#']) && !r.is_empty()).unwrap_or(l)).collect::<Vec<_>>().join("\n")
+        } else {
+            CONFIG.to_owned()
+        };
+        let m = mutate(base.as_bytes(), &e);
+        let text = String::from_utf8_lossy(&m);
+        if let Err(err) = config::parse_str(Path::new("/etc/pleg-guard/config.toml"), &text) {
+            prop_assert!(!err.to_string().is_empty());
+        }
+    }
+
+}
+
+fn sample_snapshot() -> serde_json::Value {
+    serde_json::json!({
+        "pleg_guard_version": "0.1.0", "pid": 42, "mode": "repair", "healthy": false,
+        "state": "degraded", "summary": "x", "updated_at": "2026-12-02T10:00:00Z",
+        "interval_ms": 10000, "systemd": {"version": "219", "affected": true, "reason": "r"},
+        "targets": {}, "findings": [], "actions": [
+            {"action": "daemon-reexec", "at": "2026-12-02T10:00:00Z", "outcome": "succeeded", "detail": "d"}],
+        "budget": {"daemon-reexec": {"enabled": true, "remaining": 2, "max_per_day": 3,
+            "next_allowed_at": "9999-12-31T23:59:59Z"}}
+    })
+}
+
+/// The sample itself must parse, or the status property tests nothing.
+#[test]
+fn the_status_sample_parses() {
+    let s: Result<Snapshot, _> = serde_json::from_value(sample_snapshot());
+    assert!(s.is_ok(), "{s:?}");
+    let l: Result<Ledger, _> = serde_json::from_str(LEDGER);
+    assert!(l.is_ok(), "{l:?}");
+    let c: Result<Vec<bollard::models::ContainerSummary>, _> = serde_json::from_str(CONTAINERS);
+    assert!(c.is_ok(), "{c:?}");
+    let i: Result<bollard::models::ContainerInspectResponse, _> = serde_json::from_str(INSPECT);
+    assert!(i.is_ok(), "{i:?}");
+}
+
+/// Deeply nested TOML must be an error (or a value), not a stack overflow: a stack overflow
+/// aborts the process whatever the panic strategy.
+#[test]
+fn deeply_nested_config_is_an_error() {
+    for depth in [1_000usize, 100_000] {
+        let text = format!("interval = {}{}\n", "[".repeat(depth), "]".repeat(depth));
+        assert!(config::parse_str(Path::new("/c.toml"), &text).is_err());
+        let text = format!("interval = {}1{}\n", "{a=".repeat(depth), "}".repeat(depth));
+        assert!(config::parse_str(Path::new("/c.toml"), &text).is_err());
+    }
+}
+
+/// Deeply nested JSON in the ledger file is refused by serde_json's recursion limit.
+#[test]
+fn deeply_nested_ledger_is_an_error() {
+    let text = format!(
+        "{{\"entries\": {}{}}}",
+        "[".repeat(100_000),
+        "]".repeat(100_000)
+    );
+    assert!(serde_json::from_str::<Ledger>(&text).is_err());
+}
