@@ -224,12 +224,7 @@ impl Daemon {
                 let interval_changed =
                     (new.interval != self.config.interval).then_some(new.interval);
                 if new.state_directory != self.config.state_directory {
-                    self.ledger_file = LedgerFile::new(&new.state_directory);
-                    let l = self.ledger_file.load(SystemTime::now());
-                    if let Some(p) = &l.problem {
-                        tracing::error!("action ledger: {p}");
-                    }
-                    self.ledger = l.ledger;
+                    self.move_ledger(&new.state_directory);
                 }
                 self.prober = daemon_prober(&new);
                 self.diagnosis
@@ -241,6 +236,29 @@ impl Daemon {
         };
         notify::ready(&self.status_line());
         changed
+    }
+
+    /// Move the ledger to `dir` (a reload changed `state_directory`): the runs recorded so
+    /// far come along, merged with what `dir` holds (see [`Ledger::absorb`]), and an action
+    /// running or settling keeps its own entry, so its end is neither lost nor written over
+    /// another run's.
+    fn move_ledger(&mut self, dir: &std::path::Path) {
+        let file = LedgerFile::new(dir);
+        let mut loaded = file.load(SystemTime::now());
+        if let Some(p) = &loaded.problem {
+            tracing::error!("action ledger: {p}");
+        }
+        let ids = loaded.ledger.absorb(&self.ledger);
+        let remap = |id: u64| ids.iter().find(|(o, _)| *o == id).map_or(id, |(_, n)| *n);
+        if let Some(f) = &mut self.in_flight {
+            f.id = remap(f.id);
+        }
+        if let Some(s) = &mut self.settling {
+            s.id = remap(s.id);
+        }
+        self.ledger = loaded.ledger;
+        self.ledger_file = file;
+        self.save_ledger();
     }
 
     /// Everything that follows a probe round.
@@ -730,3 +748,7 @@ fn daemon_prober(config: &Config) -> Prober {
 fn join(ids: &[FindingId]) -> String {
     ids.iter().map(|i| i.name()).collect::<Vec<_>>().join(", ")
 }
+
+#[cfg(test)]
+#[path = "daemon_reload_tests.rs"]
+mod reload_tests;

@@ -140,6 +140,49 @@ impl Ledger {
         }
     }
 
+    /// Take over the runs of `old` (the ledger of the previous `state_directory`, on a reload
+    /// that moves it) that this ledger lacks, under new ids: neither ledger's entries are
+    /// lost, none overwrites another, and a budget spent before the move stays spent.
+    /// Returns `(old id, id here)` for every entry of `old`, so that an action still running
+    /// records its end in the entry that now stands for it.
+    pub fn absorb(&mut self, old: &Ledger) -> Vec<(u64, u64)> {
+        let mut ids = Vec::with_capacity(old.entries.len());
+        for e in &old.entries {
+            // The same run, already here (a move back to a directory used before).
+            let same = self
+                .entries
+                .iter()
+                .find(|h| h.action == e.action && h.at == e.at && h.detail == e.detail);
+            let id = match same {
+                Some(h) => {
+                    let id = h.id;
+                    if let Some(h) = self.entries.iter_mut().find(|h| h.id == id) {
+                        // The old ledger saw more of this run (its end, its verdict).
+                        if h.outcome == RunOutcome::Started {
+                            h.outcome = e.outcome;
+                        }
+                        h.symptom = h.symptom.or(e.symptom);
+                    }
+                    id
+                }
+                None => {
+                    self.next_id = self
+                        .next_id
+                        .max(self.entries.iter().map(|h| h.id).max().unwrap_or(0))
+                        + 1;
+                    self.entries.push(Entry {
+                        id: self.next_id,
+                        ..e.clone()
+                    });
+                    self.next_id
+                }
+            };
+            ids.push((e.id, id));
+        }
+        self.entries.sort_by_key(|e| (e.at, e.id));
+        ids
+    }
+
     /// Forget runs older than `keep` (they no longer count against `max_per_day`), except
     /// the newest run of each action: `min_interval` is measured from it, however long
     /// `min_interval` is (`"3d"` must not silently become `keep`).
@@ -475,6 +518,51 @@ mod tests {
         assert_eq!(b.next_allowed_at, Some(crate::clock::last_printable()));
         let json = serde_json::to_string(&b).unwrap();
         assert!(json.contains("9999-12-31T23:59:59Z"), "{json}");
+    }
+
+    /// A reload moves the ledger to another state directory that has runs of its own: both
+    /// sets survive, ids stay unique, and the running action's end lands on its own entry.
+    #[test]
+    fn absorbing_the_old_ledger_keeps_both_and_remaps_ids() {
+        let mut old = Ledger::default();
+        let done = old.record_start(ActionKind::RestartKubelet, t(0));
+        old.record_end(done, RunOutcome::Succeeded, "restarted");
+        let running = old.record_start(A, t(100)); // id 2, still running
+        let mut new = Ledger::default();
+        let theirs = new.record_start(ActionKind::PurgeDeadContainers, t(50)); // also id 1
+        let other = new.record_start(ActionKind::PurgeDeadContainers, t(60)); // also id 2
+        assert_eq!((done, running, theirs, other), (1, 2, 1, 2));
+        let ids = new.absorb(&old);
+        assert_eq!(new.entries().len(), 4);
+        let mut seen: Vec<u64> = new.entries().iter().map(|e| e.id).collect();
+        seen.sort_unstable();
+        seen.dedup();
+        assert_eq!(seen.len(), 4, "ids unique");
+        let running_here = ids.iter().find(|(o, _)| *o == running).unwrap().1;
+        new.record_end(running_here, RunOutcome::Succeeded, "reexec");
+        let by_action = |a: ActionKind| {
+            new.entries()
+                .iter()
+                .filter(|e| e.action == a)
+                .map(|e| (e.at, e.outcome))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(by_action(A), [(t(100), RunOutcome::Succeeded)]);
+        // The other directory's runs were not overwritten.
+        assert_eq!(
+            by_action(ActionKind::PurgeDeadContainers),
+            [(t(50), RunOutcome::Started), (t(60), RunOutcome::Started)]
+        );
+        // The moved budget still holds.
+        assert!(new.check(A, &cfg(3600, 3), t(200)).is_err());
+        // Moving back absorbs nothing twice.
+        let before = new.entries().len();
+        let mut back = new.clone();
+        back.absorb(&new);
+        assert_eq!(back.entries().len(), before);
+        // A fresh id after the move does not collide.
+        let next = new.record_start(A, t(300));
+        assert!(new.entries().iter().filter(|e| e.id == next).count() == 1);
     }
 
     fn tempdir(name: &str) -> PathBuf {

@@ -1,0 +1,107 @@
+//! A reload that moves `state_directory` while an action runs (issue 13): the action's end
+//! is recorded on its own entry in the new ledger, the new directory's runs are kept, and
+//! no run is lost.
+
+use std::time::Duration;
+
+use super::*;
+use crate::action::ActionReport;
+
+fn tempdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("pleg-guard-reload-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap_or_default();
+    d
+}
+
+fn config_text(state: &std::path::Path, runtime: &std::path::Path) -> String {
+    format!(
+        "state_directory = \"{}\"\nruntime_directory = \"{}\"\n",
+        state.display(),
+        runtime.display()
+    )
+}
+
+#[tokio::test]
+async fn moving_the_state_directory_mid_action_loses_and_overwrites_nothing() {
+    let root = tempdir("move");
+    let (a, b, run) = (root.join("a"), root.join("b"), root.join("run"));
+    let config_path = root.join("config.toml");
+    std::fs::write(&config_path, config_text(&a, &run)).unwrap();
+    let config = config::load(Some(&config_path)).unwrap().config;
+
+    // b already holds a run of its own (id 1, as the running action's will be in a).
+    let mut theirs = Ledger::default();
+    let their_id = theirs.record_start(ActionKind::RestartKubelet, SystemTime::now());
+    theirs.record_end(their_id, RunOutcome::Failed, "b's own run");
+    LedgerFile::new(&b).save(&theirs).unwrap();
+
+    let mut daemon = Daemon::new(config, Some(config_path.clone()), false);
+    daemon.start(
+        ActionKind::PurgeDeadContainers,
+        vec![FindingId::DeadContainers],
+    );
+    let Some(f) = daemon.in_flight.as_mut() else {
+        panic!("the action did not start");
+    };
+    // The real action talks to docker; this one's end is the report below.
+    f.handle.abort();
+    assert_eq!(f.id, 1);
+
+    std::fs::write(&config_path, config_text(&b, &run)).unwrap();
+    daemon.reload();
+    daemon
+        .action_done(ActionReport {
+            succeeded: true,
+            detail: "removed 1 dead container".into(),
+        })
+        .await;
+
+    let in_b = LedgerFile::new(&b).load(SystemTime::now());
+    assert!(in_b.problem.is_none());
+    let entries = in_b.ledger.entries();
+    let outcomes: Vec<(ActionKind, RunOutcome, &str)> = entries
+        .iter()
+        .map(|e| (e.action, e.outcome, e.detail.as_str()))
+        .collect();
+    assert!(
+        outcomes.contains(&(
+            ActionKind::PurgeDeadContainers,
+            RunOutcome::Succeeded,
+            "removed 1 dead container"
+        )),
+        "{outcomes:?}"
+    );
+    assert!(
+        outcomes.contains(&(
+            ActionKind::RestartKubelet,
+            RunOutcome::Failed,
+            "b's own run"
+        )),
+        "{outcomes:?}"
+    );
+    assert_eq!(entries.len(), 2, "{outcomes:?}");
+    // The budget spent in a is still spent in b.
+    let purge = &daemon.config.actions.purge_dead_containers;
+    assert!(
+        in_b.ledger
+            .check(ActionKind::PurgeDeadContainers, purge, SystemTime::now())
+            .is_err()
+    );
+    // The settle check records its verdict on the same entry.
+    if let Some(s) = daemon.settling.as_mut() {
+        s.until = Instant::now() - Duration::from_millis(1);
+    }
+    daemon.check_settled();
+    let in_b = LedgerFile::new(&b).load(SystemTime::now());
+    let purge_entry = in_b
+        .ledger
+        .entries()
+        .iter()
+        .find(|e| e.action == ActionKind::PurgeDeadContainers);
+    assert!(
+        purge_entry.is_some_and(|e| e.symptom.is_some()),
+        "{purge_entry:?}"
+    );
+    let _ = std::fs::remove_dir_all(&root);
+}
