@@ -471,17 +471,13 @@ impl Daemon {
     fn start(&mut self, action: ActionKind, aimed_at: Vec<FindingId>) {
         let id = self.ledger.record_start(action, SystemTime::now());
         if let Err(e) = self.ledger_file.save(&self.ledger) {
-            // Without a durable record the rate limit could be lost: do not act.
-            self.ledger
-                .record_end(id, RunOutcome::Failed, "ledger could not be saved");
+            // Without a durable record the rate limit could be lost: do not act. The run did
+            // not happen, so it holds nothing back once the state directory is writable again;
+            // the failure is logged once per episode, not every round.
+            self.ledger.forget(id);
             let message = format!("{action} not started: the ledger could not be saved: {e}");
-            emit(&Event {
-                kind: EventKind::ActionFailed,
-                target: None,
-                action: Some(action),
-                finding: aimed_at.first().copied(),
-                message: &message,
-            });
+            self.next_step = Some(format!("{action} not started: ledger not writable"));
+            self.note(EventKind::ActionFailed, action, &aimed_at, message);
             return;
         }
         let message = format!("{action} started for {}", join(&aimed_at));
@@ -750,5 +746,5 @@ fn join(ids: &[FindingId]) -> String {
 }
 
 #[cfg(test)]
-#[path = "daemon_reload_tests.rs"]
-mod reload_tests;
+#[path = "daemon_state_tests.rs"]
+mod state_tests;

@@ -125,6 +125,12 @@ impl Ledger {
         self.next_id
     }
 
+    /// Drop run `id`: it was recorded but never started (its record could not be saved), so
+    /// it must not hold the action back once the ledger can be written again.
+    pub fn forget(&mut self, id: u64) {
+        self.entries.retain(|e| e.id != id);
+    }
+
     /// Record how run `id` ended.
     pub fn record_end(&mut self, id: u64, outcome: RunOutcome, detail: &str) {
         if let Some(e) = self.entries.iter_mut().find(|e| e.id == id) {

@@ -1,6 +1,7 @@
-//! A reload that moves `state_directory` while an action runs (issue 13): the action's end
-//! is recorded on its own entry in the new ledger, the new directory's runs are kept, and
-//! no run is lost.
+//! The daemon and its state directory (issue 13): a reload that moves `state_directory` while
+//! an action runs records the action's end on its own entry in the new ledger, keeps the new
+//! directory's runs and loses none; a state directory that cannot be written stops every
+//! action (no action without a ledger record) and holds nothing back once it can again.
 
 use std::time::Duration;
 
@@ -103,5 +104,61 @@ async fn moving_the_state_directory_mid_action_loses_and_overwrites_nothing() {
         purge_entry.is_some_and(|e| e.symptom.is_some()),
         "{purge_entry:?}"
     );
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+#[tokio::test]
+async fn no_action_without_a_ledger_record_and_recovery_when_writable() {
+    let root = tempdir("unwritable");
+    // A regular file where the state directory's parent should be: every save fails.
+    let blocker = root.join("state");
+    std::fs::write(&blocker, "not a directory").unwrap();
+    let mut config = Config::default();
+    config.state_directory = blocker.join("pleg-guard");
+    config.runtime_directory = root.join("run");
+    let mut daemon = Daemon::new(config, None, false);
+    for _ in 0..3 {
+        daemon.start(
+            ActionKind::PurgeDeadContainers,
+            vec![FindingId::DeadContainers],
+        );
+        assert!(daemon.in_flight.is_none(), "acted without a ledger record");
+    }
+    // (The unreadable ledger was replaced by the fail-safe one: placeholders only.)
+    assert!(
+        daemon
+            .ledger
+            .entries()
+            .iter()
+            .all(|e| e.outcome == RunOutcome::Unknown),
+        "{:?}",
+        daemon.ledger.entries()
+    );
+    assert!(
+        daemon
+            .notes
+            .get(&ActionKind::PurgeDeadContainers)
+            .is_some_and(|m| m.contains("the ledger could not be saved")),
+        "{:?}",
+        daemon.notes
+    );
+    // Space returns: the next try acts, and its record is on disk first.
+    std::fs::remove_file(&blocker).unwrap();
+    daemon.start(
+        ActionKind::PurgeDeadContainers,
+        vec![FindingId::DeadContainers],
+    );
+    let Some(f) = daemon.in_flight.as_mut() else {
+        panic!("no action once the ledger could be written");
+    };
+    f.handle.abort();
+    let on_disk = LedgerFile::new(&blocker.join("pleg-guard")).load(SystemTime::now());
+    let started: Vec<_> = on_disk
+        .ledger
+        .entries()
+        .iter()
+        .filter(|e| e.outcome == RunOutcome::Started)
+        .collect();
+    assert_eq!(started.len(), 1, "{:?}", on_disk.ledger.entries());
     let _ = std::fs::remove_dir_all(&root);
 }
