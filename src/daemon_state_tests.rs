@@ -113,9 +113,11 @@ async fn no_action_without_a_ledger_record_and_recovery_when_writable() {
     // A regular file where the state directory's parent should be: every save fails.
     let blocker = root.join("state");
     std::fs::write(&blocker, "not a directory").unwrap();
-    let mut config = Config::default();
-    config.state_directory = blocker.join("pleg-guard");
-    config.runtime_directory = root.join("run");
+    let config = Config {
+        state_directory: blocker.join("pleg-guard"),
+        runtime_directory: root.join("run"),
+        ..Config::default()
+    };
     let mut daemon = Daemon::new(config, None, false);
     for _ in 0..3 {
         daemon.start(
