@@ -78,7 +78,7 @@ pub async fn restart_container(name: &str, socket: &Path, timeout: Duration) -> 
             .await?;
         Ok::<_, anyhow::Error>(())
     };
-    match tokio::time::timeout(timeout + Duration::from_secs(15), run).await {
+    match tokio::time::timeout(timeout.saturating_add(Duration::from_secs(15)), run).await {
         Ok(Ok(())) => ActionReport::ok(format!("restarted container {name}")),
         Ok(Err(e)) => ActionReport::failed(format!("restart of container {name}: {e}")),
         Err(_) => ActionReport::failed(format!("restart of container {name}: no answer")),
