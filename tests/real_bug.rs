@@ -153,6 +153,43 @@ fn affected_pid1_runs_out_of_serials_and_reexec_cures_it() {
 }
 
 #[test]
+fn properties_get_knocks_a_wedged_pid1_off_the_bus() {
+    // The trap a watchdog must avoid (and the reason pleg-guard probes PID 1 with GetUnit): on a
+    // wedged PID 1, Properties.Get fails inside PID 1's I/O callback and PID 1 drops its bus
+    // connection. This also proves the "no disconnect" check of the other tests can fail.
+    let Some(env) = require_affected_bed() else {
+        return;
+    };
+    let bed = Bed::boot(&env, BedOptions::affected());
+    bed.pid1_bus_object();
+    let cursor = bed.journal_cursor();
+    bed.fast_forward_pid1_serial(0xFFFF_FFFF);
+    let (serials, silent) = replies_until_silence(&bed, 5, secs(3));
+    assert!(silent && serials.is_empty(), "{serials:x?}");
+    assert_eq!(pid1_disconnects(&bed, &cursor), 0);
+    let _ = bed.sh(
+        "busctl --timeout=3 get-property org.freedesktop.systemd1 /org/freedesktop/systemd1 \
+         org.freedesktop.systemd1.Manager Version",
+    );
+    wait_until("PID 1 logs a disconnect from the API bus", secs(10), || {
+        pid1_disconnects(&bed, &cursor) > 0
+    });
+    // back on the bus with a fresh connection (serial from 1) at a later unit state change
+    bed.sh_ok("systemctl restart kubelet.service");
+    let back = Instant::now();
+    wait_until("PID 1 back on the bus", secs(30), || {
+        bed.try_pid1_call(secs(2)).is_ok()
+    });
+    let serial = bed.pid1_reply_serial();
+    eprintln!(
+        "PID 1 back on the bus after {:?}, reply serial {serial}",
+        back.elapsed()
+    );
+    assert!(serial < 10_000, "{serial}");
+    assert_eq!(bed.reexec_count(), 0);
+}
+
+#[test]
 fn normal_pid1_wraps_its_serial_harmlessly() {
     let t0 = Instant::now();
     let Some(env) = require_bed() else { return };
