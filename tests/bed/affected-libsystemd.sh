@@ -103,18 +103,29 @@ log=$CACHE/affected-libsystemd-build.log
 mkdir -p "$work"
 echo "affected-libsystemd: systemd $version; log $log"
 {
-    grep -rqs '^deb-src\|^Types:.*deb-src' /etc/apt/sources.list /etc/apt/sources.list.d/ || {
-        mirror=$(awk '/^URIs:/{print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
-        echo "deb-src ${mirror:-http://deb.debian.org/debian} bookworm main" >/etc/apt/sources.list.d/pleg-guard-test-src.list
-        mirror_sec=http://deb.debian.org/debian-security
-        echo "deb-src $mirror_sec bookworm-security main" >>/etc/apt/sources.list.d/pleg-guard-test-src.list
-        echo "deb-src ${mirror:-http://deb.debian.org/debian} bookworm-updates main" >>/etc/apt/sources.list.d/pleg-guard-test-src.list
-    }
-    apt-get update -qq
-    apt-get install -y -qq --no-install-recommends dpkg-dev build-essential
-    apt-get build-dep -y -qq "systemd=$version"
-    cd "$work"
-    [ -d src ] || { apt-get source -qq "systemd=$version" && mv "$(find . -maxdepth 1 -type d -name 'systemd-*' | head -1)" src; }
+    # deb-src entries mirroring the host's deb ones (same URIs, suites and Signed-By: apt
+    # refuses two entries for one source that disagree on Signed-By); removed again when apt
+    # cannot use them, so the host's apt is never left broken
+    srclist=""
+    if ! grep -rqs '^deb-src\|^Types:.*deb-src' /etc/apt/sources.list /etc/apt/sources.list.d/; then
+        if [ -f /etc/apt/sources.list.d/debian.sources ]; then
+            srclist=/etc/apt/sources.list.d/pleg-guard-test-src.sources
+            sed 's/^Types:.*/Types: deb-src/' /etc/apt/sources.list.d/debian.sources >"$srclist"
+        elif [ -f /etc/apt/sources.list ]; then
+            srclist=/etc/apt/sources.list.d/pleg-guard-test-src.list
+            sed -n 's/^deb \(.*\)/deb-src \1/p' /etc/apt/sources.list >"$srclist"
+        else
+            echo "no /etc/apt/sources.list.d/debian.sources or /etc/apt/sources.list to derive deb-src from"
+            false
+        fi
+        apt-get update -qq || { rm -f "$srclist"; false; }
+    fi &&
+    # (set -e does not apply inside a block whose status is tested: chain every step)
+    apt-get update -qq &&
+    apt-get install -y -qq --no-install-recommends dpkg-dev build-essential &&
+    apt-get build-dep -y -qq "systemd=$version" &&
+    cd "$work" &&
+    { [ -d src ] || { apt-get source -qq "systemd=$version" && mv "$(find . -maxdepth 1 -type d -name 'systemd-*' | head -1)" src; }; }
 } >"$log" 2>&1 || { tail -30 "$log" >&2; die "could not get systemd $version's source and build dependencies (log $log)"; }
 cd "$work/src"
 f=src/libsystemd/sd-bus/sd-bus.c
