@@ -276,6 +276,35 @@ fn serial_helpers_read_fast_forward_and_load() {
         "serial rose {rose} for {replies} replies"
     );
     assert!(u64::from(last) > before);
+
+    // under steady load and after a reexec (new address space): found again, load resumes
+    let load = bed.bus_load(200.0);
+    std::thread::sleep(secs(1));
+    bed.sh_ok("systemctl daemon-reexec");
+    wait_until("PID 1 answers after the reexec", secs(20), || {
+        bed.try_pid1_call(secs(2)).is_ok()
+    });
+    let obj = bed.pid1_bus_object();
+    let serial = bed.pid1_bus_serial();
+    let replies = load.replies();
+    std::thread::sleep(secs(1));
+    assert!(
+        load.replies() > replies + 100,
+        "load did not resume after the reexec"
+    );
+    eprintln!(
+        "MEASURE found again under 200/s load after reexec in {:?}: serial {serial}, load {} sent / {} replies / {} errors",
+        obj.found_in,
+        load.sent(),
+        load.replies(),
+        load.errors()
+    );
+    assert!(
+        obj.found_in > Duration::ZERO,
+        "not searched afresh after the reexec"
+    );
+    assert!(serial < 10_000, "{serial}");
+    assert!(load.failure().is_none(), "{:?}", load.failure());
 }
 
 /// Retries `cond` up to `tries` times (other traffic can interleave); panics with `what`.
