@@ -123,6 +123,11 @@ fn affected_pid1_runs_out_of_serials_and_reexec_cures_it() {
         t_run.elapsed(),
         String::from_utf8_lossy(&o.stderr).trim()
     );
+    // the load generator sees it too: its calls stay unanswered
+    let load = bed.bus_load(20.0);
+    std::thread::sleep(secs(2));
+    assert!(load.unanswered_older_than(secs(1)) > 0 && load.replies() == 0);
+    load.stop();
     // ordinary calls never knocked PID 1 off the bus
     assert_eq!(pid1_disconnects(&bed, &cursor), 0);
     // still wedged a while later (no self-healing)
@@ -260,6 +265,8 @@ fn serial_helpers_read_fast_forward_and_load() {
     std::thread::sleep(secs(3));
     let (sent, replies, ran) = (load.sent(), load.replies(), load.running_for());
     let last = load.last_serial();
+    assert_eq!(load.unanswered_older_than(secs(1)), 0);
+    assert!(load.max_latency() < secs(1), "{:?}", load.max_latency());
     load.stop();
     let rose = bed.pid1_bus_serial() - before;
     let expected = 200.0 * ran.as_secs_f64();

@@ -246,10 +246,11 @@ fn confirm(conn: &mut BusConn, pid: u32, base: u64, name: &str) -> Result<bool, 
                     r.sender
                 ));
             }
-            if now != u64::from(r.serial) {
+            let serial = u64::from(r.serial);
+            if !(prev < serial && serial <= now) {
                 return Ok(false); // not the cookie PID 1 sealed this reply with
             }
-            if now != prev + 1 {
+            if now != serial || serial != prev + 1 {
                 clean = false; // other traffic interleaved: try again
                 break;
             }
