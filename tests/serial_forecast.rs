@@ -180,7 +180,7 @@ fn a_fixed_pid1_wraps_without_finding_or_reexec() {
     });
     let serial = s["systemd"]["bus_serial"].as_u64().unwrap_or(0);
     assert!(
-        serial >= 1 << 31 && serial < SERIAL_MAX - 1500,
+        (1 << 31..SERIAL_MAX - 1500).contains(&serial),
         "a fixed sd-bus continues at 2^31: {s:#}"
     );
     assert_eq!(s["systemd"]["evidence"], "serial-wrapped", "{s:#}");
