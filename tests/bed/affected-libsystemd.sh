@@ -151,7 +151,10 @@ builddir=obj-$(dpkg-architecture -qDEB_HOST_GNU_TYPE)
 {
     # (run on its own, the step lacks the sequencer's `dh $@ --buildsystem=meson`: DH_OPTIONS)
     { [ -f "$builddir/build.ninja" ] || DH_OPTIONS=--buildsystem=meson debian/rules override_dh_auto_configure; } &&
-    ninja -C "$builddir" src/shared/libsystemd-shared-252.so
+    # ninja inside debian/rules' make environment: its link flags need the variables that
+    # rules exports (package notes: DEB_SOURCE_PACKAGE_NAME, DEBUGINFOD_URLS, ...)
+    printf 'pleg-guard-test-build:\n\tninja -C %s src/shared/libsystemd-shared-252.so\n' "$builddir" >"$work/build.mk" &&
+    make -f debian/rules -f "$work/build.mk" pleg-guard-test-build
 } >>"$log" 2>&1 || { tail -30 "$log" >&2; die "building libsystemd-shared failed (log $log)"; }
 built=$builddir/src/shared/libsystemd-shared-252.so
 [ -f "$built" ] || die "no libsystemd-shared-252.so in $work/src/$builddir"
