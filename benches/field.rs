@@ -1203,7 +1203,11 @@ fn main() {
             "\nFORECAST on the affected bed (pre-v242 sd-bus in PID 1), load {rate} replies/s, interval 10s; min / median / max"
         ));
         for (name, headroom, before) in [
-            ("defaults (headroom 2e7, before 6h)", 20_000_000u64, 6 * 3600u64),
+            (
+                "defaults (headroom 2e7, before 6h)",
+                20_000_000u64,
+                6 * 3600u64,
+            ),
             ("ETA rule only (headroom 1000, before 60s)", 1000, 60),
         ] {
             let (mut left, mut lead, mut react) = (Vec::new(), Vec::new(), Vec::new());

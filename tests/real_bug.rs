@@ -1,5 +1,6 @@
 //! The real bug, not a stand-in: smoke tests proving that the affected bed's PID 1 really runs
-//! out of D-Bus serials (systemd#11809) and that the normal bed's does not.
+//! out of D-Bus serials (systemd#11809) and that the normal bed's does not; then pleg-guard,
+//! at its default settings (short intervals aside), against that real wedge.
 //!
 //! The affected bed boots PID 1 with the pre-v242 sd-bus (tests/bed/affected-libsystemd.sh);
 //! the fast-forward (tests/support/pid1_serial.rs) sets PID 1's cookie close to 2^32 so that
@@ -11,6 +12,7 @@
 
 mod support;
 
+use serde_json::Value;
 use std::time::{Duration, Instant};
 use support::*;
 
@@ -121,6 +123,11 @@ fn affected_pid1_runs_out_of_serials_and_reexec_cures_it() {
         t_run.elapsed(),
         String::from_utf8_lossy(&o.stderr).trim()
     );
+    // the load generator sees it too: its calls stay unanswered
+    let load = bed.bus_load(20.0);
+    std::thread::sleep(secs(2));
+    assert!(load.unanswered_older_than(secs(1)) > 0 && load.replies() == 0);
+    load.stop();
     // ordinary calls never knocked PID 1 off the bus
     assert_eq!(pid1_disconnects(&bed, &cursor), 0);
     // still wedged a while later (no self-healing)
@@ -258,6 +265,8 @@ fn serial_helpers_read_fast_forward_and_load() {
     std::thread::sleep(secs(3));
     let (sent, replies, ran) = (load.sent(), load.replies(), load.running_for());
     let last = load.last_serial();
+    assert_eq!(load.unanswered_older_than(secs(1)), 0);
+    assert!(load.max_latency() < secs(1), "{:?}", load.max_latency());
     load.stop();
     let rose = bed.pid1_bus_serial() - before;
     let expected = 200.0 * ran.as_secs_f64();
@@ -274,6 +283,35 @@ fn serial_helpers_read_fast_forward_and_load() {
         "serial rose {rose} for {replies} replies"
     );
     assert!(u64::from(last) > before);
+
+    // under steady load and after a reexec (new address space): found again, load resumes
+    let load = bed.bus_load(200.0);
+    std::thread::sleep(secs(1));
+    bed.sh_ok("systemctl daemon-reexec");
+    wait_until("PID 1 answers after the reexec", secs(20), || {
+        bed.try_pid1_call(secs(2)).is_ok()
+    });
+    let obj = bed.pid1_bus_object();
+    let serial = bed.pid1_bus_serial();
+    let replies = load.replies();
+    std::thread::sleep(secs(1));
+    assert!(
+        load.replies() > replies + 100,
+        "load did not resume after the reexec"
+    );
+    eprintln!(
+        "MEASURE found again under 200/s load after reexec in {:?}: serial {serial}, load {} sent / {} replies / {} errors",
+        obj.found_in,
+        load.sent(),
+        load.replies(),
+        load.errors()
+    );
+    assert!(
+        obj.found_in > Duration::ZERO,
+        "not searched afresh after the reexec"
+    );
+    assert!(serial < 10_000, "{serial}");
+    assert!(load.failure().is_none(), "{:?}", load.failure());
 }
 
 /// Retries `cond` up to `tries` times (other traffic can interleave); panics with `what`.
@@ -285,4 +323,159 @@ fn wait_until_true(what: &str, tries: usize, mut cond: impl FnMut() -> bool) {
         std::thread::sleep(Duration::from_millis(200));
     }
     panic!("{what}: not once in {tries} tries");
+}
+
+// ------------------------------------------------------------------------------------------------
+// pleg-guard against the real wedge
+// ------------------------------------------------------------------------------------------------
+
+/// Defaults, only faster: `when = "affected"`, `mode = "repair"`, the budgets and the ladder as
+/// shipped. The affected bed's PID 1 says 252.39-1~deb12u2, which the version policy calls
+/// fixed: only the wedge's own signature can prove it affected.
+const FAST_DEFAULTS: &str = r#"interval = "2s"
+startup_grace = "0s"
+
+[probe]
+timeout = "2s"
+
+[actions.daemon_reexec]
+settle = "3s"
+"#;
+
+fn finding_ids(report: &Value) -> Vec<String> {
+    report["findings"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|f| f["id"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn pleg_guard_events(bed: &Bed, event: &str, action: &str) -> usize {
+    bed.journal(&[
+        "-u",
+        "pleg-guard",
+        &format!("PLEG_GUARD_EVENT={event}"),
+        &format!("PLEG_GUARD_ACTION={action}"),
+    ])
+    .iter()
+    .filter(|e| {
+        field(e, "PLEG_GUARD_EVENT") == Some(event) && field(e, "PLEG_GUARD_ACTION") == Some(action)
+    })
+    .count()
+}
+
+/// An affected bed with pleg-guard installed (not started), PID 1 wedged for good.
+fn wedged_affected_bed() -> Option<Bed> {
+    let env = require_affected_bed()?;
+    let bed = Bed::boot(&env, BedOptions::affected_with_pleg_guard());
+    bed.install_pleg_guard(FAST_DEFAULTS);
+    bed.pid1_bus_object();
+    bed.fast_forward_pid1_serial(0xFFFF_FFFF);
+    assert!(
+        matches!(bed.try_pid1_call(secs(2)), Err(CallError::TimedOut(_))),
+        "PID 1 still answers after the fast-forward"
+    );
+    Some(bed)
+}
+
+#[test]
+fn diagnose_reports_the_real_bus_wedge() {
+    let Some(bed) = wedged_affected_bed() else {
+        return;
+    };
+    let cursor = bed.journal_cursor();
+    let start = Instant::now();
+    let o = bed.exec(&["pleg-guard", "diagnose", "--json"], secs(30));
+    let took = start.elapsed();
+    let r: Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("diagnose --json printed no JSON ({e}): {}", show(&o)));
+    eprintln!("MEASURE diagnose on the wedged bed: {took:?}");
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    assert!(
+        finding_ids(&r).contains(&"systemd-bus-wedge".to_string()),
+        "{r:#}"
+    );
+    assert_eq!(r["targets"]["dbus"]["state"], "ok", "{r:#}");
+    let facts = &r["targets"]["systemd"]["facts"];
+    assert_eq!(facts["private"]["state"], "ok", "{r:#}");
+    assert_eq!(facts["bus"]["state"], "unresponsive", "{r:#}");
+    // the signature itself proves the build affected, whatever its version says
+    assert_eq!(r["systemd"]["affected"], true, "{r:#}");
+    assert_eq!(r["systemd"]["evidence"], "bus-wedge-seen", "{r:#}");
+    // diagnose acts on nothing, and its probes never knock PID 1 off the bus
+    assert_eq!(bed.reexec_count(), 0);
+    assert_eq!(pid1_disconnects(&bed, &cursor), 0);
+    assert!(bed.try_pid1_call(secs(2)).is_err(), "still wedged");
+    // the human form says it too
+    let o = bed.exec(&["pleg-guard", "diagnose"], secs(30));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("systemd-bus-wedge"), "{}", show(&o));
+}
+
+#[test]
+fn daemon_reexecs_the_real_wedge_once_and_units_start_again() {
+    let Some(env) = require_affected_bed() else {
+        return;
+    };
+    let t0 = Instant::now();
+    let bed = Bed::boot(&env, BedOptions::affected_with_pleg_guard());
+    bed.install_pleg_guard(FAST_DEFAULTS);
+    bed.start_pleg_guard();
+    bed.pid1_bus_object();
+    let cursor = bed.journal_cursor();
+    // 6 serials left: pleg-guard's own probes (one GetUnit a round) use them up, as a node's
+    // traffic would
+    bed.fast_forward_pid1_serial(0xFFFF_FFF9);
+    let wedge = bed.wait_event(
+        "finding",
+        &[("PLEG_GUARD_FINDING", "systemd-bus-wedge")],
+        secs(40),
+    );
+    let t_found = t0.elapsed();
+    let ok = bed.wait_event(
+        "action-succeeded",
+        &[("PLEG_GUARD_ACTION", "daemon-reexec")],
+        secs(30),
+    );
+    assert!(
+        field(&ok, "MESSAGE")
+            .unwrap_or("")
+            .contains("via private socket"),
+        "{ok:?}"
+    );
+    bed.wait_event(
+        "symptom-cleared",
+        &[("PLEG_GUARD_ACTION", "daemon-reexec")],
+        secs(30),
+    );
+    let t_cleared = t0.elapsed();
+    eprintln!(
+        "MEASURE daemon: wedge found at {t_found:?}, symptom cleared at {t_cleared:?}; finding: {}",
+        field(&wedge, "MESSAGE").unwrap_or("")
+    );
+    // the node can start units again, PID 1 answers with a fresh serial
+    bed.sh_ok(SYSTEMD_RUN);
+    assert!(bed.pid1_reply_serial() < 10_000);
+    // exactly once: a few more rounds change nothing
+    std::thread::sleep(secs(5));
+    assert_eq!(bed.reexec_count(), 1, "exactly one reexec");
+    assert_eq!(
+        pleg_guard_events(&bed, "action-started", "daemon-reexec"),
+        1
+    );
+    // pleg-guard's probes never knocked PID 1 off the bus
+    assert_eq!(
+        pid1_disconnects(&bed, &cursor),
+        0,
+        "PID 1 logged '{BUS_DISCONNECT}' while pleg-guard probed"
+    );
+    let st = bed.status_json();
+    assert_eq!(st["systemd"]["affected"], true, "{st:#}");
+    assert_eq!(st["systemd"]["evidence"], "bus-wedge-seen", "{st:#}");
+    assert!(st["systemd"]["bus_wedge_seen_at"].is_string(), "{st:#}");
+    assert_eq!(st["state"], "healthy", "{st:#}");
+    eprintln!("MEASURE daemon test total: {:?}", t0.elapsed());
 }

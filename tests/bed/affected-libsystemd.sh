@@ -17,7 +17,7 @@
 #     sd_bus_message_seal() refuses every cookie above UINT32_MAX (-EOPNOTSUPP), as before v242.
 #  2. any other build: source build from Debian's source package of the rootfs's systemd version
 #     (apt-get source; revert the wrap-around in bus_seal_message(); build only
-#     libsystemd-shared with Debian's meson options; compare the exported symbols with the
+#     libsystemd-shared with Debian's configure step (debian/rules override_dh_auto_configure); compare the exported symbols with the
 #     original). Takes long; under CI=true it is still done (never skipped), and any failure is an
 #     error. PLEG_GUARD_TEST_FORCE_SOURCE_BUILD=1 takes this path even for the known build.
 # Cache: /var/cache/pleg-guard-test/affected-libsystemd-<sha256 of original, 16>-<method key>.so
@@ -145,19 +145,19 @@ assert n == 1, "wrap-around call not found in bus_seal_message"
 open(p, 'w').write(s.replace(body, new))
 PY
 fi
+# Debian's own configuration: debian/rules' dh_auto_configure step (its meson options and
+# dpkg-buildflags, build directory obj-<host triplet>), then only the one library.
+builddir=obj-$(dpkg-architecture -qDEB_HOST_GNU_TYPE)
 {
-    if [ ! -f build/build.ninja ]; then
-        # Debian's own configure options: reuse debian/rules' meson invocation for the deb build
-        opts=$(make -s -f debian/rules -pn 2>/dev/null | sed -n 's/^CONFFLAGS *[:+]\?= *//p' | tr '\n' ' ')
-        # shellcheck disable=SC2086
-        meson setup build --prefix=/usr --libdir=lib/x86_64-linux-gnu --buildtype=plain $opts \
-            -Dmode=release -Dversion-tag="$version"
-    fi
-    ninja -C build src/shared/libsystemd-shared-252.so
+    # (run on its own, the step lacks the sequencer's `dh $@ --buildsystem=meson`: DH_OPTIONS)
+    { [ -f "$builddir/build.ninja" ] || DH_OPTIONS=--buildsystem=meson debian/rules override_dh_auto_configure; } &&
+    # ninja inside debian/rules' make environment: its link flags need the variables that
+    # rules exports (package notes: DEB_SOURCE_PACKAGE_NAME, DEBUGINFOD_URLS, ...)
+    printf 'pleg-guard-test-build:\n\tninja -C %s src/shared/libsystemd-shared-252.so\n' "$builddir" >"$work/build.mk" &&
+    make -f debian/rules -f "$work/build.mk" pleg-guard-test-build
 } >>"$log" 2>&1 || { tail -30 "$log" >&2; die "building libsystemd-shared failed (log $log)"; }
-built=build/src/shared/libsystemd-shared-252.so
-[ -f "$built" ] || built=build/libsystemd-shared-252.so
-[ -f "$built" ] || die "no libsystemd-shared-252.so in $work/src/build"
+built=$builddir/src/shared/libsystemd-shared-252.so
+[ -f "$built" ] || die "no libsystemd-shared-252.so in $work/src/$builddir"
 syms() { nm -D --defined-only "$1" | awk '{print $NF}' | sort -u; }
 if ! diff <(syms "$ORIG") <(syms "$built") >"$work/symbols.diff"; then
     die "exported symbols of the source build differ from the original (see $work/symbols.diff)"

@@ -436,6 +436,9 @@ struct LoadCounters {
     replies: AtomicU64,
     errors: AtomicU64,
     last_serial: AtomicU64,
+    max_latency_us: AtomicU64,
+    /// Calls sent and not answered yet: serial -> when sent.
+    pending: Mutex<std::collections::HashMap<u32, Instant>>,
     failure: Mutex<Option<String>>,
 }
 
@@ -480,6 +483,12 @@ impl BusLoad {
                     std::thread::sleep((due - now).min(Duration::from_millis(100)));
                     continue;
                 }
+                // registered before sending, so a fast reply always finds its entry
+                let serial = write.next_serial;
+                c2.pending
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(serial, Instant::now());
                 if let Err(e) = write.send(&GET_UNIT_INIT_SCOPE) {
                     *c2.failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
                     break;
@@ -491,7 +500,23 @@ impl BusLoad {
         let (s3, c3) = (stop.clone(), counters.clone());
         let reader = std::thread::spawn(move || {
             while !s3.load(Ordering::SeqCst) {
-                match read_message(&mut read) {
+                let msg = read_message(&mut read);
+                if let Ok(Incoming {
+                    reply_serial: Some(rs),
+                    ..
+                }) = &msg
+                {
+                    let sent_at = c3
+                        .pending
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .remove(rs);
+                    if let Some(t) = sent_at {
+                        let us = u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX);
+                        c3.max_latency_us.fetch_max(us, Ordering::SeqCst);
+                    }
+                }
+                match msg {
                     Ok(m) if m.reply_serial.is_some() && m.msg_type == MSG_ERROR => {
                         c3.errors.fetch_add(1, Ordering::SeqCst);
                     }
@@ -532,6 +557,21 @@ impl BusLoad {
     /// Serial of PID 1's latest reply (0 before the first).
     pub fn last_serial(&self) -> u32 {
         u32::try_from(self.counters.last_serial.load(Ordering::SeqCst)).unwrap_or(u32::MAX)
+    }
+    /// The longest a call waited for its reply (or error) so far.
+    pub fn max_latency(&self) -> Duration {
+        Duration::from_micros(self.counters.max_latency_us.load(Ordering::SeqCst))
+    }
+    /// Calls sent longer than `age` ago that got no reply yet: PID 1 (or the bus) left them
+    /// hanging. Zero throughout a test means no call to PID 1 timed out.
+    pub fn unanswered_older_than(&self, age: Duration) -> usize {
+        self.counters
+            .pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .filter(|t| t.elapsed() > age)
+            .count()
     }
     /// Why a thread gave up, if one did (socket error).
     pub fn failure(&self) -> Option<String> {

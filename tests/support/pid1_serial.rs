@@ -17,7 +17,9 @@
 //! `state == BUS_RUNNING (5)` and `input_fd == output_fd >= 0`. A candidate is *confirmed*
 //! only by behaviour: after each of a few ordinary calls to PID 1 (`GetUnit("init.scope")`),
 //! the cookie in memory must equal the serial in the header of PID 1's reply, and rise by
-//! exactly one per call (retried when other traffic interleaves). Only a confirmed object is
+//! exactly one per call (retried when other traffic interleaves; under steady traffic that
+//! interleaves every time, each of 5 replies' serials must fall between the readings taken
+//! just before and just after its call). Only a confirmed object is
 //! ever written. The address is cached per PID 1 and re-validated at each use; after a
 //! `daemon-reexec` (new address space, new unique name) it is found afresh.
 
@@ -50,6 +52,8 @@ const STRUCT_LEN: usize = 0x70;
 const CONFIRM_CALLS: usize = 3;
 /// Attempts at a clean run of CONFIRM_CALLS (other traffic of PID 1 can interleave).
 const CONFIRM_ATTEMPTS: usize = 10;
+/// Calls of the fallback confirmation under steady traffic.
+const SANDWICH_CALLS: usize = 5;
 /// Never read more than this of PID 1's memory in one scan.
 const SCAN_LIMIT: u64 = 512 << 20;
 
@@ -242,10 +246,11 @@ fn confirm(conn: &mut BusConn, pid: u32, base: u64, name: &str) -> Result<bool, 
                     r.sender
                 ));
             }
-            if now != u64::from(r.serial) {
+            let serial = u64::from(r.serial);
+            if !(prev < serial && serial <= now) {
                 return Ok(false); // not the cookie PID 1 sealed this reply with
             }
-            if now != prev + 1 {
+            if now != serial || serial != prev + 1 {
                 clean = false; // other traffic interleaved: try again
                 break;
             }
@@ -256,7 +261,20 @@ fn confirm(conn: &mut BusConn, pid: u32, base: u64, name: &str) -> Result<bool, 
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    Ok(false)
+    // Steady traffic (a load generator, a busy pleg-guard) can interleave every time: then
+    // each of a few calls must land between two readings, `before < reply serial <= after`.
+    for _ in 0..SANDWICH_CALLS {
+        let before = read_u64(pid, base + SD_BUS_COOKIE)?;
+        let r = conn
+            .get_unit_init_scope(Duration::from_secs(5))
+            .map_err(|e| format!("PID 1 did not answer GetUnit while confirming: {e}"))?;
+        let after = read_u64(pid, base + SD_BUS_COOKIE)?;
+        let serial = u64::from(r.serial);
+        if !(before < serial && serial <= after) {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// Finds (or takes from the cache and re-validates) PID 1's system-bus `struct sd_bus`.
