@@ -22,9 +22,10 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior};
 
 use crate::action::{self, ActionKind, ActionReport};
+use crate::bug_evidence::{self, ProofFile, WedgeProof};
 use crate::config::{self, Config, Mode};
 use crate::diagnosis::{Diagnosis, FindingId, Transition};
-use crate::forecast::{Change, Sample, SerialTracker, Windows};
+use crate::forecast::{self, Change, Outlook, Sample, SerialTracker, Thresholds, Windows};
 use crate::ladder::{self, Decision};
 use crate::ledger::{self, Ledger, LedgerFile, RunOutcome, Symptom};
 use crate::probe::{self, Prober, Round};
@@ -71,6 +72,14 @@ pub struct Daemon {
     /// PID 1's bus serials over time: the exhaustion forecast.
     serials: SerialTracker,
     verdict: Option<Verdict>,
+    /// Where this boot's proof that the build is affected is kept.
+    proof_file: ProofFile,
+    /// This boot's id (None: /proc does not tell; the proof then lives in memory only).
+    boot_id: Option<String>,
+    /// A `systemd-bus-wedge` seen on this boot (see [`crate::bug_evidence`]).
+    proof: Option<WedgeProof>,
+    /// The serial forecast asks for a planned reexec now.
+    preempt_due: bool,
     last_round: Option<Round>,
     in_flight: Option<InFlight>,
     settling: Option<Settling>,
@@ -88,6 +97,9 @@ impl Daemon {
         if let Some(problem) = &loaded.problem {
             tracing::error!("action ledger: {problem}");
         }
+        let boot_id = bug_evidence::boot_id();
+        let proof_file = ProofFile::new(&config.state_directory);
+        let proof = load_proof(&proof_file, boot_id.as_deref());
         Daemon {
             prober: daemon_prober(&config),
             diagnosis: Diagnosis::new(config.probe.unhealthy_after.get()),
@@ -98,6 +110,10 @@ impl Daemon {
             systemd: SystemdStatus::default(),
             serials: SerialTracker::new(Windows::default()),
             verdict: None,
+            proof_file,
+            boot_id,
+            proof,
+            preempt_due: false,
             last_round: None,
             in_flight: None,
             settling: None,
@@ -225,6 +241,10 @@ impl Daemon {
                     (new.interval != self.config.interval).then_some(new.interval);
                 if new.state_directory != self.config.state_directory {
                     self.move_ledger(&new.state_directory);
+                    self.proof_file = ProofFile::new(&new.state_directory);
+                    if let Some(p) = load_proof(&self.proof_file, self.boot_id.as_deref()) {
+                        self.proof = Some(p);
+                    }
                 }
                 self.prober = daemon_prober(&new);
                 self.diagnosis
@@ -300,34 +320,98 @@ impl Daemon {
                 message: &message,
             });
         }
+        self.remember_wedge();
         self.last_round = Some(round);
         self.check_settled();
         self.climb_ladder().await;
         self.publish();
     }
 
-    /// Keep the systemd version and verdict current (the version comes with each round).
+    /// Keep the systemd version and verdict current (the version comes with each round), and
+    /// ask the serial forecast what it expects.
     fn refresh_systemd(&mut self, round: &Round) {
         self.track_bus_serial(round);
         let manager = round
             .get(Target::Systemd)
             .and_then(|o| o.facts.systemd_version.clone());
-        if manager.is_none() && self.verdict.is_some() {
-            return; // PID 1 did not answer this round: keep what we knew.
-        }
-        let (build, verdict) = systemd_version::identify(
-            manager.as_deref(),
-            self.package_version.as_deref(),
-            &self.config.systemd.fixed_builds,
-        );
-        self.systemd = SystemdStatus {
-            version: build.map(|b| b.to_string()),
-            affected: verdict.is_affected(),
-            reason: verdict.reason().to_owned(),
-            ..SystemdStatus::default()
+        if manager.is_some() || self.verdict.is_none() {
+            let (build, policy) = systemd_version::identify(
+                manager.as_deref(),
+                self.package_version.as_deref(),
+                &self.config.systemd.fixed_builds,
+            );
+            self.systemd.version = build.map(|b| b.to_string());
+            self.verdict = Some(policy);
+        } // else PID 1 did not answer this round: keep what we knew.
+        self.weigh_evidence();
+        self.forecast_outlook();
+    }
+
+    /// The version policy's verdict weighed against this boot's evidence.
+    fn weigh_evidence(&mut self) {
+        let Some(policy) = self.verdict.clone() else {
+            return;
         };
-        self.systemd.set_forecast(self.serials.forecast().as_ref());
-        self.verdict = Some(verdict);
+        let wrapped = self.serials.forecast().is_some_and(|f| f.wraps);
+        let weighed = bug_evidence::weigh(policy, self.proof.as_ref(), wrapped);
+        self.systemd.affected = weighed.verdict.is_affected();
+        self.systemd.reason = weighed.verdict.reason().to_owned();
+        self.systemd.evidence = weighed.evidence;
+        self.systemd.bus_wedge_seen_at = self.proof.as_ref().map(|p| p.seen_at);
+    }
+
+    /// The serial forecast's outlook → the `systemd-serial-exhaustion` input of the diagnosis
+    /// and whether a planned reexec is due.
+    fn forecast_outlook(&mut self) {
+        let thresholds = Thresholds::of(&self.config);
+        let affected = self.systemd.affected
+            || self.config.actions.daemon_reexec_when == crate::config::ReexecWhen::Always;
+        let (outlook, detail) = match self.serials.forecast() {
+            Some(f) => (
+                Outlook::of(&f, affected, &thresholds),
+                forecast::explain(&f, &thresholds),
+            ),
+            None => (Outlook::Calm, String::new()),
+        };
+        self.preempt_due = outlook == Outlook::Preempt;
+        self.diagnosis
+            .set_serial_exhaustion((outlook != Outlook::Calm).then_some(detail));
+    }
+
+    /// A `systemd-bus-wedge` is the bug's own signature: remember it for this boot.
+    fn remember_wedge(&mut self) {
+        if self.proof.is_some() {
+            return;
+        }
+        let Some(wedge) = self
+            .diagnosis
+            .findings()
+            .iter()
+            .find(|f| f.id == FindingId::SystemdBusWedge)
+        else {
+            return;
+        };
+        let proof = WedgeProof {
+            boot_id: self.boot_id.clone().unwrap_or_default(),
+            seen_at: wedge.since,
+            systemd_version: self.systemd.version.clone(),
+            detail: wedge.detail.clone(),
+        };
+        match self.proof_file.save(&proof) {
+            Ok(()) => tracing::info!(
+                "systemd-bus-wedge seen: this systemd build ({}) carries the bus bug, whatever its version says; remembered for this boot in {}",
+                proof
+                    .systemd_version
+                    .as_deref()
+                    .unwrap_or("version unknown"),
+                self.config.state_directory.display()
+            ),
+            Err(e) => tracing::warn!(
+                "systemd-bus-wedge seen: this build carries the bus bug; the proof could not be saved ({e}), it is kept until pleg-guard stops"
+            ),
+        }
+        self.proof = Some(proof);
+        self.weigh_evidence();
     }
 
     /// Feed the serial of PID 1's reply on the bus into the forecast (see [`crate::forecast`]).
@@ -401,6 +485,7 @@ impl Daemon {
             busy: self.in_flight.is_some() || self.settling.is_some(),
             findings: &findings,
             systemd_affected: self.systemd.affected,
+            serial_preempt_due: self.preempt_due,
             actions: &self.config.actions,
             ledger: &self.ledger,
         });
@@ -438,12 +523,29 @@ impl Daemon {
                     aimed_at,
                     reason,
                 } => {
-                    let message = format!("{action} not run (for {}): {reason}", join(&aimed_at));
+                    let message = format!(
+                        "{action} not run (for {}): {reason}{}",
+                        join(&aimed_at),
+                        self.planned_because(&aimed_at)
+                    );
                     self.next_step = Some(format!("{action} skipped: {reason}"));
                     self.note(EventKind::ActionSkipped, action, &aimed_at, message);
                 }
             }
         }
+    }
+
+    /// For a planned reexec (aimed at `systemd-serial-exhaustion`): why now, with the numbers.
+    fn planned_because(&self, aimed_at: &[FindingId]) -> String {
+        if !aimed_at.contains(&FindingId::SystemdSerialExhaustion) {
+            return String::new();
+        }
+        self.serials.forecast().map_or(String::new(), |f| {
+            format!(
+                " (planned, before PID 1 runs out of bus serials: {})",
+                forecast::explain(&f, &Thresholds::of(&self.config))
+            )
+        })
     }
 
     /// Log a suppressed/skipped note once per episode.
@@ -480,7 +582,11 @@ impl Daemon {
             self.note(EventKind::ActionFailed, action, &aimed_at, message);
             return;
         }
-        let message = format!("{action} started for {}", join(&aimed_at));
+        let message = format!(
+            "{action} started for {}{}",
+            join(&aimed_at),
+            self.planned_because(&aimed_at)
+        );
         emit(&Event {
             kind: EventKind::ActionStarted,
             target: None,
@@ -650,6 +756,12 @@ impl Daemon {
                 parts.push(format!("{ok} targets ok, {absent} absent"));
             }
         }
+        if self.diagnosis.has(FindingId::SystemdSerialExhaustion) {
+            parts.push(format!(
+                "systemd-serial-exhaustion: {}",
+                self.systemd.bus_serial_summary.as_deref().unwrap_or("?")
+            ));
+        }
         if let Some(next) = &self.next_step {
             parts.push(next.clone());
         }
@@ -730,6 +842,18 @@ impl Daemon {
             findings: self.diagnosis.findings().to_vec(),
             actions,
             budget,
+        }
+    }
+}
+
+/// This boot's proof from the state directory, logging a problem with it.
+fn load_proof(file: &ProofFile, boot_id: Option<&str>) -> Option<WedgeProof> {
+    let boot_id = boot_id?;
+    match file.load(boot_id) {
+        Ok(proof) => proof,
+        Err(e) => {
+            tracing::error!("bus-bug proof: {e}");
+            None
         }
     }
 }

@@ -5,6 +5,7 @@
 //! sd_notify). See README.md for the picture.
 
 mod action;
+mod bug_evidence;
 mod cli;
 mod clock;
 mod cmd;

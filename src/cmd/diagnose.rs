@@ -4,8 +4,9 @@
 use std::process::ExitCode;
 use std::time::SystemTime;
 
+use crate::bug_evidence::{self, ProofFile, WedgeProof};
 use crate::cli::DiagnoseArgs;
-use crate::diagnosis::{Diagnosis, Severity};
+use crate::diagnosis::{Diagnosis, FindingId, Severity};
 use crate::forecast::SerialTracker;
 use crate::probe::{Prober, systemd};
 use crate::report::journal;
@@ -33,14 +34,41 @@ pub fn main(args: DiagnoseArgs) -> ExitCode {
         let manager = round
             .get(crate::target::Target::Systemd)
             .and_then(|o| o.facts.systemd_version.clone());
-        let (build, verdict) = systemd_version::identify(
+        let (build, policy) = systemd_version::identify(
             manager.as_deref(),
             package.as_deref(),
             &config.systemd.fixed_builds,
         );
+        // The daemon's proof from earlier on this boot, if any (read only: diagnose writes
+        // nothing).
+        let mut proof = bug_evidence::boot_id().and_then(|boot| {
+            ProofFile::new(&config.state_directory)
+                .load(&boot)
+                .unwrap_or_else(|e| {
+                    tracing::warn!("bus-bug proof: {e}");
+                    None
+                })
+        });
+        let weighed = bug_evidence::weigh(policy.clone(), proof.as_ref(), false);
         // One look: a single failed call counts.
         let mut diagnosis = Diagnosis::new(1);
-        diagnosis.update(&round, Some(&verdict), SystemTime::now());
+        diagnosis.update(&round, Some(&weighed.verdict), SystemTime::now());
+        // A wedge seen now is the proof itself.
+        if proof.is_none() {
+            if let Some(wedge) = diagnosis
+                .findings()
+                .iter()
+                .find(|f| f.id == FindingId::SystemdBusWedge)
+            {
+                proof = Some(WedgeProof {
+                    boot_id: String::new(),
+                    seen_at: wedge.since,
+                    systemd_version: None,
+                    detail: wedge.detail.clone(),
+                });
+            }
+        }
+        let weighed = bug_evidence::weigh(policy, proof.as_ref(), false);
         let problems: Vec<&str> = diagnosis
             .findings()
             .iter()
@@ -74,8 +102,10 @@ pub fn main(args: DiagnoseArgs) -> ExitCode {
             systemd: {
                 let mut systemd = SystemdStatus {
                     version: build.map(|b| b.to_string()),
-                    affected: verdict.is_affected(),
-                    reason: verdict.reason().to_owned(),
+                    affected: weighed.verdict.is_affected(),
+                    reason: weighed.verdict.reason().to_owned(),
+                    evidence: weighed.evidence,
+                    bus_wedge_seen_at: proof.as_ref().map(|p| p.seen_at),
                     ..SystemdStatus::default()
                 };
                 let serial = round
