@@ -341,9 +341,12 @@ fn dbus_daemon_gone_for_twenty_seconds_and_back() {
     wait_until("pleg-guard reports healthy", secs(20), || healthy(&bed));
     let daemon = bed.main_pid("pleg-guard.service");
 
+    // (Also checks tests/support's wait_event_after: the first match after a cursor counts.)
+    let cursor = bed.journal_cursor();
     let gone = Instant::now();
     bed.sh_ok("systemctl stop dbus.socket dbus.service");
-    bed.wait_event(
+    bed.wait_event_after(
+        Some(&cursor),
         "target-unhealthy",
         &[("PLEG_GUARD_TARGET", "dbus")],
         secs(15),
@@ -351,7 +354,8 @@ fn dbus_daemon_gone_for_twenty_seconds_and_back() {
     std::thread::sleep(secs(20).saturating_sub(gone.elapsed()));
     assert_same_daemon(&bed, daemon);
     bed.sh_ok("systemctl start dbus.socket dbus.service");
-    bed.wait_event(
+    bed.wait_event_after(
+        Some(&cursor),
         "target-recovered",
         &[("PLEG_GUARD_TARGET", "dbus")],
         secs(30),

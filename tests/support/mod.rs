@@ -711,7 +711,10 @@ impl Bed {
             .collect()
     }
 
-    /// The cursor of the newest journal entry, for `--after-cursor=`.
+    /// The cursor of the newest journal entry. Beware `--after-cursor=` with matches: the
+    /// journalctl of the bed (252) skips the first *matching* entry after a cursor whose own
+    /// entry does not match. Use `--cursor=` and drop the cursor's entry, as
+    /// [`wait_event_after`](Self::wait_event_after) does.
     pub fn journal_cursor(&self) -> String {
         let o = self.exec(
             &["journalctl", "-n", "1", "-o", "json", "--no-pager"],
@@ -788,8 +791,10 @@ impl Bed {
             format!("PLEG_GUARD_EVENT={event}"),
         ];
         owned.extend(extra.iter().map(|(k, v)| format!("{k}={v}")));
+        // `--cursor=` (from the cursor's entry on), not `--after-cursor=`, which skips the first
+        // match when the cursor's own entry does not match; the cursor's entry is dropped below.
         if let Some(c) = cursor {
-            owned.push(format!("--after-cursor={c}"));
+            owned.push(format!("--cursor={c}"));
         }
         let args: Vec<&str> = owned.iter().map(String::as_str).collect();
         // journalctl's matching is checked again here, so a surprise in its semantics cannot
@@ -799,6 +804,7 @@ impl Bed {
             |e| {
                 field(e, "PLEG_GUARD_EVENT") == Some(event)
                     && extra.iter().all(|(k, v)| field(e, k) == Some(*v))
+                    && cursor.is_none_or(|c| field(e, "__CURSOR") != Some(c))
             },
             timeout,
         )
