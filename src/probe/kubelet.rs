@@ -217,20 +217,62 @@ async fn healthz(url: &HttpUrl) -> anyhow::Result<String> {
 /// The latest PLEG line of `unit` in the journal since `since`.
 async fn journal_pleg_line(unit: &str, since: SystemTime) -> anyhow::Result<Option<String>> {
     let since_s = since.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let out = tokio::process::Command::new("journalctl")
+    let mut child = tokio::process::Command::new("journalctl")
         .args(["--no-pager", "--quiet", "-o", "cat", "-u", unit])
         .arg(format!("--since=@{since_s}"))
         .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true)
-        .output()
-        .await
+        .spawn()
         .map_err(|e| anyhow::anyhow!("journalctl: {e}"))?;
-    if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
-        anyhow::bail!("journalctl failed: {}", err.trim());
+    let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
+        anyhow::bail!("journalctl: no output pipes");
+    };
+    // Streamed line by line: however much kubelet logged in the window, only one line and
+    // the last match are held (and the first 4 KiB of an error message).
+    let (last, err) = tokio::join!(last_pleg_line_of(stdout), head_of(stderr, 4096));
+    let status = child.wait().await?;
+    if !status.success() {
+        anyhow::bail!(
+            "journalctl failed: {}",
+            String::from_utf8_lossy(&err).trim()
+        );
     }
-    Ok(last_pleg_line(&String::from_utf8_lossy(&out.stdout)))
+    last
+}
+
+/// The last PLEG line of a byte stream, read in bounded memory.
+async fn last_pleg_line_of(
+    mut r: impl tokio::io::AsyncRead + Unpin,
+) -> anyhow::Result<Option<String>> {
+    let mut lines = LineAssembler::new();
+    let mut last = None;
+    let mut chunk = vec![0u8; 16 * 1024];
+    loop {
+        let n = r.read(&mut chunk).await?;
+        if n == 0 {
+            break;
+        }
+        lines.push(&chunk[..n], |line| note_pleg_line(&mut last, line));
+    }
+    lines.finish(|line| note_pleg_line(&mut last, line));
+    Ok(last)
+}
+
+/// The first `max` bytes of a stream, reading (and dropping) the rest so the writer never
+/// blocks on a full pipe.
+async fn head_of(mut r: impl tokio::io::AsyncRead + Unpin, max: usize) -> Vec<u8> {
+    let mut head = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while let Ok(n) = r.read(&mut chunk).await {
+        if n == 0 {
+            break;
+        }
+        let room = max.saturating_sub(head.len());
+        head.extend_from_slice(&chunk[..n.min(room)]);
+    }
+    head
 }
 
 /// The latest PLEG line of the kubelet container's log since `since`.
@@ -297,6 +339,7 @@ fn note_pleg_line(last: &mut Option<String>, line: &str) {
 }
 
 /// The last line of `log` that carries the PLEG marker.
+#[cfg(test)]
 fn last_pleg_line(log: &str) -> Option<String> {
     log.lines()
         .rev()
@@ -388,6 +431,24 @@ mod tests {
             });
             assert_eq!(scan.finish().as_deref(), Some(OLD), "cut at {cut}");
         }
+    }
+
+    /// The one-shot journal read streams: 3 MiB of log with the PLEG line in the middle of
+    /// it and a 1 MiB line without a newline at the end; the line is found.
+    #[tokio::test]
+    async fn the_last_pleg_line_is_found_in_a_large_stream() {
+        let mut log = Vec::new();
+        for i in 0..40_000 {
+            log.extend_from_slice(format!("I1105 line {i} of kubelet's chatter, nothing to see here at all, move on please\n").as_bytes());
+            if i == 20_000 {
+                log.extend_from_slice(NEW.as_bytes());
+                log.push(b'\n');
+            }
+        }
+        log.extend(std::iter::repeat_n(b'x', 1 << 20));
+        let found = last_pleg_line_of(&log[..]).await.unwrap();
+        assert_eq!(found.as_deref(), Some(NEW));
+        assert_eq!(head_of(&log[..], 10).await.len(), 10);
     }
 
     #[test]
