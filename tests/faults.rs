@@ -364,3 +364,45 @@ fn dbus_daemon_gone_for_twenty_seconds_and_back() {
     assert_same_daemon(&bed, daemon);
     assert_eq!(events(&bed, "action-started", None), Vec::<String>::new());
 }
+
+/// The release-profile failure mode of a huge duration was an abort: the binary itself must
+/// refuse such a config with the key named, for `check-config`, `diagnose` and `run` alike.
+#[test]
+fn huge_durations_are_refused_by_the_binary_not_aborted_on() {
+    let dir = std::env::temp_dir().join(format!("pleg-guard-faults-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap_or_default();
+    for (text, key) in [
+        ("interval = \"300000000000y\"\n", "`interval`"),
+        ("interval = \"500000000y\"\n", "`interval`"),
+        ("startup_grace = \"100000y\"\n", "`startup_grace`"),
+        ("[probe]\ntimeout = \"100000y\"\n", "`probe.timeout`"),
+        (
+            "[actions.daemon_reexec]\nmin_interval = \"100000y\"\n",
+            "`actions.daemon_reexec.min_interval`",
+        ),
+        (
+            "[actions.restart_kubelet]\nsettle = \"100000y\"\n",
+            "`actions.restart_kubelet.settle`",
+        ),
+    ] {
+        let path = dir.join("config.toml");
+        std::fs::write(&path, text).unwrap_or_default();
+        let path = path.to_string_lossy().into_owned();
+        for args in [
+            vec!["check-config", path.as_str()],
+            vec!["diagnose", "--config", path.as_str()],
+            vec!["run", "--config", path.as_str(), "--dry-run"],
+        ] {
+            let o = run_with_timeout(Command::new(built_pleg_guard()).args(&args), None, secs(20))
+                .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(2), "{args:?} {text:?}: {}", show(&o));
+            assert!(
+                err.contains(key) && err.contains("at most"),
+                "{args:?}: {err}"
+            );
+            assert!(!err.contains("panicked"), "{args:?}: {err}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
