@@ -8,15 +8,24 @@
 //! starts another. Dropping the follower kills the child.
 
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::io::AsyncReadExt;
 use tokio::task::JoinHandle;
 
 use super::log_lines::LineAssembler;
 
-/// The newest matching line and its journal timestamp.
-type Latest = Arc<Mutex<Option<(SystemTime, String)>>>;
+/// The newest matching line, its journal timestamp and when it was read (monotonic: a wall
+/// clock that jumps must not make an old line look new).
+type Latest = Arc<Mutex<Option<Seen>>>;
+
+/// One matching line.
+#[derive(Debug, Clone)]
+struct Seen {
+    at: SystemTime,
+    read_at: Instant,
+    line: String,
+}
 
 /// Follows one unit's journal, remembering the newest line that holds `marker`.
 pub struct JournalFollower {
@@ -81,18 +90,22 @@ impl JournalFollower {
                 if n == 0 {
                     break;
                 }
-                lines.push(&chunk[..n], |line| note_line(&latest, marker, line));
+                lines.push(&chunk[..n], |line| {
+                    note_line(&latest, marker, line, Instant::now());
+                });
             }
         }));
         Ok(())
     }
 
-    /// The newest matching line written at or after `since`.
-    pub fn latest_since(&self, since: SystemTime) -> Option<String> {
+    /// The newest matching line written at or after `since` and read within the last
+    /// `max_age` (by the monotonic clock: after the wall clock went back, an old line's stamp
+    /// is "after" `since` for as long as the jump, and must not count that long).
+    pub fn latest_since(&self, since: SystemTime, max_age: Duration) -> Option<String> {
         let l = self.latest.lock().ok()?;
         l.as_ref()
-            .filter(|(t, _)| *t >= since)
-            .map(|(_, line)| line.clone())
+            .filter(|s| s.at >= since && s.read_at.elapsed() <= max_age)
+            .map(|s| s.line.clone())
     }
 }
 
@@ -104,18 +117,23 @@ impl Drop for JournalFollower {
     }
 }
 
-/// Remember `line` if it holds `marker` and is the newest such line. A line stamped in the
-/// future (a clock that was ahead when it was written) counts as written now: it must age out
-/// of the window like any other, not stand for ever.
-fn note_line(latest: &Latest, marker: &str, line: &str) {
+/// Remember `line` (read at `read_at`) if it holds `marker` and is the newest such line. A
+/// line stamped in the future (a clock that was ahead when it was written) counts as written
+/// now. A kept line stamped after the current time (the clock has gone back since) is
+/// replaced by any new one, or new lines would be ignored until the clock caught up.
+fn note_line(latest: &Latest, marker: &str, line: &str, read_at: Instant) {
     if !line.contains(marker) {
         return;
     }
     let now = SystemTime::now();
     let at = parse_short_unix(line).map_or(now, |t| t.min(now));
     if let Ok(mut l) = latest.lock() {
-        if l.as_ref().is_none_or(|(t, _)| *t <= at) {
-            *l = Some((at, line.chars().take(400).collect()));
+        if l.as_ref().is_none_or(|s| s.at <= at || s.at > now) {
+            *l = Some(Seen {
+                at,
+                read_at,
+                line: line.chars().take(400).collect(),
+            });
         }
     }
 }
@@ -124,11 +142,11 @@ fn note_line(latest: &Latest, marker: &str, line: &str) {
 #[cfg(test)]
 pub(crate) fn note_line_for_test(line: &str) {
     let latest: Latest = Arc::new(Mutex::new(None));
-    note_line(&latest, PLEG_MARKER_FOR_TEST, line);
+    note_line(&latest, PLEG_MARKER_FOR_TEST, line, Instant::now());
     let kept = latest.lock().ok().and_then(|l| l.clone());
-    if let Some((at, text)) = kept {
-        assert!(at <= SystemTime::now());
-        assert!(text.chars().count() <= 400);
+    if let Some(s) = kept {
+        assert!(s.at <= SystemTime::now());
+        assert!(s.line.chars().count() <= 400);
     }
 }
 
@@ -176,18 +194,73 @@ mod tests {
             &latest,
             "PLEG",
             &format!("{secs}.000000 h kubelet[1]: PLEG is not healthy"),
+            Instant::now(),
         );
-        let (at, _) = latest.lock().unwrap().clone().unwrap();
-        assert!(at <= SystemTime::now());
-        let f = JournalFollower {
+        let s = latest.lock().unwrap().clone().unwrap();
+        assert!(s.at <= SystemTime::now());
+        let f = follower(latest);
+        let window = Duration::from_secs(60);
+        assert!(f.latest_since(SystemTime::now() - window, window).is_some());
+        assert!(
+            f.latest_since(SystemTime::now() + Duration::from_secs(60), window)
+                .is_none()
+        );
+    }
+
+    fn follower(latest: Latest) -> JournalFollower {
+        JournalFollower {
             unit: "kubelet.service".into(),
             marker: "PLEG",
             latest,
             task: None,
-        };
+        }
+    }
+
+    fn stamped(t: SystemTime) -> String {
+        let d = t.duration_since(UNIX_EPOCH).unwrap();
+        format!(
+            "{}.{:06} h kubelet[1]: PLEG is not healthy",
+            d.as_secs(),
+            d.subsec_micros()
+        )
+    }
+
+    /// The wall clock goes back an hour after a PLEG episode: the old line's stamp is now
+    /// "in the future", within any window measured by the wall clock. It must age out by the
+    /// monotonic clock (no hour of false findings, no kubelet restarts for nothing), and new
+    /// lines written after the jump must still be taken.
+    #[test]
+    fn a_clock_that_goes_back_neither_keeps_old_lines_nor_hides_new_ones() {
+        let window = Duration::from_secs(60);
+        let hour = Duration::from_secs(3600);
+        let now = SystemTime::now();
+        let latest: Latest = Arc::new(Mutex::new(None));
+        // Written and read 2 minutes ago (monotonic), stamped by the clock before the jump;
+        // the "clock" since went back an hour, so `since` is an hour and a minute earlier.
+        let two_min_ago = Instant::now() - Duration::from_secs(120);
+        note_line(&latest, "PLEG", &stamped(now), two_min_ago);
+        let f = follower(Arc::clone(&latest));
+        let since_after_jump = now - hour - window;
         assert!(
-            f.latest_since(SystemTime::now() + Duration::from_secs(60))
-                .is_none()
+            f.latest_since(since_after_jump, window).is_none(),
+            "an old line counted after the clock went back"
         );
+        // A line stamped an hour "earlier" than the kept one, i.e. written after the jump,
+        // replaces it — when the kept stamp is past the current clock. Here the current clock
+        // is the real one, so simulate the kept stamp being ahead of it.
+        {
+            let mut l = latest.lock().unwrap();
+            if let Some(s) = l.as_mut() {
+                s.at = now + hour;
+            }
+        }
+        note_line(&latest, "PLEG", &stamped(now), Instant::now());
+        let s = latest.lock().unwrap().clone().unwrap();
+        assert_eq!(s.at, stamped_at(now));
+        assert!(f.latest_since(now - window, window).is_some());
+    }
+
+    fn stamped_at(t: SystemTime) -> SystemTime {
+        parse_short_unix(&stamped(t)).unwrap()
     }
 }

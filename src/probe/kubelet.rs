@@ -115,7 +115,7 @@ impl KubeletProbe {
     async fn pleg_lines(&mut self, since: SystemTime) -> anyhow::Result<Option<String>> {
         if let Some(f) = &mut self.follower {
             f.ensure_running(since).map_err(|e| anyhow::anyhow!(e))?;
-            return Ok(f.latest_since(since));
+            return Ok(f.latest_since(since, self.window));
         }
         match &self.container {
             Some(name) => container_pleg_line(&self.docker_socket, name, since).await,
@@ -287,10 +287,16 @@ async fn container_pleg_line(
     let since_s = since
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() + u64::from(d.subsec_nanos() > 0));
+    // ... and stop at the present: after the clock went back, lines written before the jump
+    // are stamped "in the future" and must not count as fresh (0 = no limit, past 2038).
+    let until_s = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() + 1);
     let options = bollard::query_parameters::LogsOptions {
         stdout: true,
         stderr: true,
         since: i32::try_from(since_s).unwrap_or(i32::MAX),
+        until: i32::try_from(until_s).unwrap_or(0),
         tail: "all".to_owned(),
         ..Default::default()
     };
