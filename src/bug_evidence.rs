@@ -131,6 +131,11 @@ impl ProofFile {
         }
     }
 
+    /// Where the proof is kept.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
     /// The proof for `boot_id`, if one was saved on this boot. A proof from another boot is
     /// no proof (the build may have been upgraded since).
     pub fn load(&self, boot_id: &str) -> Result<Option<WedgeProof>, ProofError> {
