@@ -80,7 +80,7 @@ pub fn weigh(policy: Verdict, proof: Option<&WedgeProof>, serial_wrapped: bool) 
             verdict: Verdict::Affected {
                 reason: format!(
                     "the systemd-bus-wedge signature was seen on this boot at {} (the version policy alone says: {reason})",
-                    humantime::format_rfc3339_seconds(p.seen_at)
+                    crate::report::time_format::rfc3339(p.seen_at)
                 ),
             },
             evidence: Evidence::BusWedgeSeen,
@@ -129,6 +129,11 @@ impl ProofFile {
         ProofFile {
             path: state_directory.join(PROOF_FILE),
         }
+    }
+
+    /// Where the proof is kept.
+    pub fn path(&self) -> &Path {
+        &self.path
     }
 
     /// The proof for `boot_id`, if one was saved on this boot. A proof from another boot is

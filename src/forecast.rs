@@ -166,19 +166,6 @@ impl SerialTracker {
         change
     }
 
-    /// The view from one serial alone (`diagnose`: no rate yet).
-    pub fn single(serial: u32) -> Forecast {
-        Forecast {
-            serial,
-            remaining: SERIAL_MAX - u64::from(serial),
-            rate: None,
-            rate_long: None,
-            rate_short: None,
-            eta: None,
-            wraps: false,
-        }
-    }
-
     /// The latest sample.
     pub fn latest(&self) -> Option<Sample> {
         self.samples.back().copied()

@@ -5,6 +5,7 @@
 //! sd_notify). See README.md for the picture.
 
 mod action;
+mod assessment;
 mod bug_evidence;
 mod cli;
 mod clock;
@@ -22,6 +23,7 @@ mod probe;
 mod property_tests;
 mod report;
 mod systemd_version;
+mod systemd_watch;
 mod target;
 
 use std::process::ExitCode;
