@@ -15,6 +15,9 @@ pub mod logind;
 pub mod p2p;
 pub mod pid1;
 
+#[cfg(test)]
+mod dbus_fixture_tests;
+
 use std::fmt;
 
 /// What kind of failure a client call ended in.
