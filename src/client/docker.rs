@@ -134,16 +134,31 @@ pub fn kind_of(e: &BollardError) -> ErrorKind {
         | BollardError::APIVersionParseError {}
         | BollardError::HttpHeaderNotFoundError(_)
         | BollardError::HttpHeaderToStrError { .. } => ErrorKind::Protocol,
-        BollardError::HyperResponseError { err } => match super::io_kind_in_chain(err) {
-            Some(k) => k,
-            None if err.is_incomplete_message() || err.is_closed() => ErrorKind::Disconnected,
-            None if err.is_parse() || err.is_parse_status() => ErrorKind::Protocol,
-            None if err.is_timeout() => ErrorKind::Timeout,
-            None => ErrorKind::Failed,
-        },
+        BollardError::HyperResponseError { err } => hyper_kind(err),
         BollardError::HyperLegacyError { err } => {
-            super::io_kind_in_chain(err).unwrap_or(ErrorKind::Failed)
+            let mut next: Option<&(dyn std::error::Error + 'static)> = Some(err);
+            while let Some(e) = next {
+                if let Some(h) = e.downcast_ref::<hyper::Error>() {
+                    return hyper_kind(h);
+                }
+                if let Some(io) = e.downcast_ref::<std::io::Error>() {
+                    return super::io_kind(io).unwrap_or(ErrorKind::Failed);
+                }
+                next = e.source();
+            }
+            ErrorKind::Failed
         }
         _ => ErrorKind::Failed,
+    }
+}
+
+/// The kind of an HTTP failure: the I/O error under it, else what hyper says it was.
+fn hyper_kind(err: &hyper::Error) -> ErrorKind {
+    match super::io_kind_in_chain(err) {
+        Some(k) => k,
+        None if err.is_incomplete_message() || err.is_closed() => ErrorKind::Disconnected,
+        None if err.is_parse() || err.is_parse_status() => ErrorKind::Protocol,
+        None if err.is_timeout() => ErrorKind::Timeout,
+        None => ErrorKind::Failed,
     }
 }

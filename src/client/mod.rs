@@ -17,6 +17,8 @@ pub mod pid1;
 
 #[cfg(test)]
 mod dbus_fixture_tests;
+#[cfg(test)]
+mod docker_mock_tests;
 
 use std::fmt;
 
