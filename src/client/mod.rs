@@ -19,6 +19,8 @@ pub mod pid1;
 mod dbus_fixture_tests;
 #[cfg(test)]
 mod docker_mock_tests;
+#[cfg(test)]
+mod kubelet_healthz_tests;
 
 use std::fmt;
 
