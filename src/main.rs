@@ -8,16 +8,15 @@ mod action;
 mod assessment;
 mod bug_evidence;
 mod cli;
+mod client;
 mod clock;
 mod cmd;
 mod config;
 mod daemon;
-mod dbus_p2p;
 mod diagnosis;
 mod forecast;
 mod ladder;
 mod ledger;
-mod pid1;
 mod probe;
 #[cfg(test)]
 mod property_tests;

@@ -4,7 +4,7 @@
 //!
 //! Covered here: the systemd version parsers, the config loader, journal lines, docker's
 //! JSON, the ledger file and status.json. The D-Bus p2p reader's own properties are in
-//! `dbus_p2p`'s tests, the log line assembler's in `probe::log_lines`'s. Each property runs
+//! `client::p2p`'s tests, the log line assembler's in `probe::log_lines`'s. Each property runs
 //! [`CASES`] inputs (a few seconds in all, unoptimised).
 
 use std::path::Path;
@@ -206,8 +206,8 @@ proptest! {
             let m = mutate(CONTAINERS.as_bytes(), &e);
             if let Ok(list) = serde_json::from_slice::<Vec<bollard::models::ContainerSummary>>(&m) {
                 for c in &list {
-                    let _ = crate::probe::docker::may_be_dead(c);
-                    let r = crate::probe::docker::container_ref(c);
+                    let _ = crate::client::docker::may_be_dead(c);
+                    let r = crate::client::docker::container_ref(c);
                     prop_assert!(r.id.len() <= c.id.as_deref().map_or(1, str::len).max(1));
                 }
             }

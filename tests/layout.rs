@@ -66,3 +66,33 @@ fn no_unsafe_in_the_daemon() {
         .collect();
     assert!(offenders.is_empty(), "unsafe code in: {offenders:#?}");
 }
+
+/// Code lines of the files under `src/<dir>` that mention `path` (comments aside).
+fn mentions(dir: &str, path: &str, skip_tests: bool) -> Vec<String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src").join(dir);
+    all_sources()
+        .into_iter()
+        .filter(|(p, _)| p.starts_with(&root))
+        .filter(|(p, _)| {
+            !(skip_tests
+                && p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().ends_with("tests.rs")))
+        })
+        .flat_map(|(p, text)| {
+            text.lines()
+                .filter(|l| !l.trim_start().starts_with("//") && l.contains(path))
+                .map(|l| format!("{}: {}", p.display(), l.trim()))
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+#[test]
+fn probes_and_actions_stand_on_the_client_layer_and_not_on_each_other() {
+    let mut wrong = mentions("action", "crate::probe", false);
+    wrong.extend(mentions("probe", "crate::action", false));
+    // The clients' own fixture tests may drive a probe (kubelet's healthz lives there still).
+    wrong.extend(mentions("client", "crate::probe", true));
+    wrong.extend(mentions("client", "crate::action", true));
+    assert!(wrong.is_empty(), "layering broken: {wrong:#?}");
+}

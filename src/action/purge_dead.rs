@@ -5,10 +5,10 @@
 use std::path::Path;
 use std::time::Duration;
 
-use bollard::query_parameters::{ListContainersOptions, RemoveContainerOptions};
-
 use super::{ActionReport, within};
-use crate::probe::docker::{connect, container_ref, is_dead, may_be_dead};
+use crate::client::docker::{
+    connect, container_ref, is_dead, list_all, may_be_dead, remove_forced,
+};
 
 /// Remove the dead containers of the engine at `socket`; each docker call is bounded by
 /// `timeout`.
@@ -17,17 +17,7 @@ pub async fn run(socket: &Path, timeout: Duration) -> ActionReport {
         Ok(d) => d,
         Err(e) => return ActionReport::failed(e),
     };
-    let options = ListContainersOptions {
-        all: true,
-        ..Default::default()
-    };
-    let listed = match within(
-        timeout,
-        "listing containers",
-        docker.list_containers(Some(options)),
-    )
-    .await
-    {
+    let listed = match within(timeout, "listing containers", list_all(&docker)).await {
         Ok(list) => list,
         Err(e) => return ActionReport::failed(e),
     };
@@ -54,12 +44,7 @@ pub async fn run(socket: &Path, timeout: Duration) -> ActionReport {
                 continue;
             }
         }
-        let options = RemoveContainerOptions {
-            force: true,
-            v: false,
-            link: false,
-        };
-        let removal = docker.remove_container(id, Some(options));
+        let removal = remove_forced(&docker, id);
         match within(timeout, &label, removal).await {
             Ok(()) => {
                 tracing::info!(container = %label, "removed dead container");

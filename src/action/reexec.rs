@@ -13,7 +13,7 @@ use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::{ActionReport, within};
-use crate::pid1::{Pid1, Route};
+use crate::client::pid1::{Pid1, Route};
 
 /// How long to wait for PID 1's confirmation after each path.
 const CONFIRM_WITHIN: Duration = Duration::from_secs(15);
@@ -80,7 +80,7 @@ async fn send(
             let mut pid1 = within(timeout, "connect", connect).await?;
             match tokio::time::timeout(timeout, pid1.reexecute()).await {
                 Ok(Ok(())) => Ok("PID 1 replied".into()),
-                Ok(Err(e)) if e.disconnected => {
+                Ok(Err(e)) if e.is_disconnect() => {
                     Ok("PID 1 dropped the connection, as it does".into())
                 }
                 Ok(Err(e)) => Err(format!("Reexecute refused: {e}")),

@@ -6,7 +6,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::{ActionReport, within};
-use crate::pid1::{Pid1, Route};
+use crate::client::docker;
+use crate::client::pid1::{Pid1, Route};
 
 /// How long kubelet may take to be active again.
 const ACTIVE_WITHIN: Duration = Duration::from_secs(60);
@@ -66,17 +67,8 @@ pub async fn restart_unit(
 /// Restart the kubelet container `name` through the docker engine at `socket`.
 pub async fn restart_container(name: &str, socket: &Path, timeout: Duration) -> ActionReport {
     let run = async {
-        let docker = crate::probe::docker::connect(socket).await?;
-        docker
-            .restart_container(
-                name,
-                Some(bollard::query_parameters::RestartContainerOptions {
-                    t: Some(10),
-                    ..Default::default()
-                }),
-            )
-            .await?;
-        Ok::<_, anyhow::Error>(())
+        let docker = docker::connect(socket).await?;
+        docker::restart(&docker, name, 10).await
     };
     match tokio::time::timeout(timeout.saturating_add(Duration::from_secs(15)), run).await {
         Ok(Ok(())) => ActionReport::ok(format!("restarted container {name}")),

@@ -14,7 +14,8 @@ use zbus::Connection;
 use std::future::Future;
 
 use super::{BusState, bounded, timed};
-use crate::pid1::{Pid1, Pid1Error, Route};
+use crate::client::pid1::{Pid1, Route};
+use crate::client::{self, pid1};
 use crate::target::{Facts, Observation, PathResult, Target, TargetState};
 
 /// Probes PID 1 and keeps the private-socket connection between rounds.
@@ -98,21 +99,8 @@ const PROBE_UNIT: &str = "-.slice";
 /// callback and drop its bus connection, which blurs the very signature we look for. The
 /// `Version` read follows only a reply, i.e. while PID 1 can still send. An error reply
 /// (`NoSuchUnit`) is an answer too: PID 1 sent it.
-async fn ask_on_bus(conn: Connection, serial: &mut Option<u32>) -> Result<String, Pid1Error> {
-    let reply = conn
-        .call_method(
-            Some("org.freedesktop.systemd1"),
-            crate::pid1::MANAGER_PATH,
-            Some(crate::pid1::MANAGER_INTERFACE),
-            "GetUnit",
-            &(PROBE_UNIT,),
-        )
-        .await;
-    let reply_serial = match reply {
-        Ok(m) | Err(zbus::Error::MethodError(_, _, m)) => m.primary_header().serial_num().get(),
-        Err(e) => return Err(e.into()),
-    };
-    *serial = Some(reply_serial);
+async fn ask_on_bus(conn: Connection, serial: &mut Option<u32>) -> Result<String, client::Error> {
+    *serial = Some(pid1::get_unit_reply_serial(&conn, PROBE_UNIT).await?);
     let v = Pid1::Bus(conn).version().await?;
     Ok(format!("version {v}"))
 }

@@ -1,12 +1,14 @@
-//! A client of PID 1 by either path: its private socket (peer-to-peer, [`crate::dbus_p2p`])
+//! A client of PID 1 by either path: its private socket (peer-to-peer, [`super::p2p`])
 //! or the system bus (zbus). The actions use it to re-execute PID 1 and restart units; the
-//! `systemd` probe reads `Version` through it.
+//! `systemd` probe reads `Version` through it. Failures are [`super::Error`]s; PID 1 closing
+//! the connection (how it answers `Reexecute`) is [`super::ErrorKind::Disconnected`].
 
 use std::path::Path;
 
 use zbus_systemd::systemd1::{ManagerProxy, UnitProxy};
 
-use crate::dbus_p2p::{MethodCall, P2pConnection, P2pError};
+use super::Error;
+use super::p2p::{MethodCall, P2pConnection};
 
 /// PID 1's object path.
 pub const MANAGER_PATH: &str = "/org/freedesktop/systemd1";
@@ -34,48 +36,6 @@ impl Route {
     }
 }
 
-/// Why a call to PID 1 failed.
-#[derive(Debug, thiserror::Error)]
-#[error("{message}")]
-pub struct Pid1Error {
-    /// What went wrong.
-    pub message: String,
-    /// The connection was closed by PID 1 (how it answers `Reexecute`).
-    pub disconnected: bool,
-}
-
-impl From<P2pError> for Pid1Error {
-    fn from(e: P2pError) -> Self {
-        Pid1Error {
-            disconnected: e.is_disconnect(),
-            message: e.to_string(),
-        }
-    }
-}
-
-impl From<zbus::Error> for Pid1Error {
-    fn from(e: zbus::Error) -> Self {
-        Pid1Error {
-            message: e.to_string(),
-            disconnected: is_disconnect(&e),
-        }
-    }
-}
-
-/// Whether PID 1 (or the connection to it) went away instead of answering: our socket
-/// closed, or the bus daemon's `NoReply`/`Disconnected` error ("recipient disconnected from
-/// message bus without replying", how a `Reexecute` over the bus ends). Told by type.
-fn is_disconnect(e: &zbus::Error) -> bool {
-    match e {
-        zbus::Error::InputOutput(_) => true,
-        zbus::Error::FDO(fdo) => matches!(
-            **fdo,
-            zbus::fdo::Error::NoReply(_) | zbus::fdo::Error::Disconnected(_)
-        ),
-        _ => false,
-    }
-}
-
 /// A connection to PID 1.
 pub enum Pid1 {
     /// Over the private socket.
@@ -90,10 +50,10 @@ impl Pid1 {
         route: Route,
         private_socket: &Path,
         bus_socket: &Path,
-    ) -> Result<Self, Pid1Error> {
+    ) -> Result<Self, Error> {
         Ok(match route {
             Route::Private => Pid1::Private(P2pConnection::connect(private_socket).await?),
-            Route::Bus => Pid1::Bus(crate::probe::dbus::connect(bus_socket).await?),
+            Route::Bus => Pid1::Bus(super::bus::connect(bus_socket).await?),
         })
     }
 
@@ -105,7 +65,7 @@ impl Pid1 {
     }
 
     /// PID 1's `Version` property.
-    pub async fn version(&mut self) -> Result<String, Pid1Error> {
+    pub async fn version(&mut self) -> Result<String, Error> {
         match self {
             Pid1::Private(c) => Ok(c
                 .call(&MethodCall {
@@ -121,8 +81,8 @@ impl Pid1 {
     }
 
     /// Ask PID 1 to re-execute. It answers by closing the connection: that is reported as an
-    /// error with `disconnected` set, which callers treat as "sent".
-    pub async fn reexecute(&mut self) -> Result<(), Pid1Error> {
+    /// error of kind `Disconnected`, which callers treat as "sent".
+    pub async fn reexecute(&mut self) -> Result<(), Error> {
         match self {
             Pid1::Private(c) => {
                 c.call(&MethodCall {
@@ -139,7 +99,7 @@ impl Pid1 {
     }
 
     /// `RestartUnit(unit, "replace")`.
-    pub async fn restart_unit(&mut self, unit: &str) -> Result<(), Pid1Error> {
+    pub async fn restart_unit(&mut self, unit: &str) -> Result<(), Error> {
         match self {
             Pid1::Private(c) => {
                 c.call(&MethodCall {
@@ -162,7 +122,7 @@ impl Pid1 {
     }
 
     /// The unit's `ActiveState` (`active`, `activating`, `failed`, ...).
-    pub async fn active_state(&mut self, unit: &str) -> Result<String, Pid1Error> {
+    pub async fn active_state(&mut self, unit: &str) -> Result<String, Error> {
         match self {
             Pid1::Private(c) => {
                 let path = c
@@ -196,23 +156,20 @@ impl Pid1 {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_disconnect_is_told_by_its_type() {
-        let no_reply = zbus::Error::FDO(Box::new(zbus::fdo::Error::NoReply(
-            "Message recipient disconnected from message bus without replying".into(),
-        )));
-        assert!(Pid1Error::from(no_reply).disconnected);
-        let io = zbus::Error::InputOutput(std::sync::Arc::new(std::io::Error::from(
-            std::io::ErrorKind::UnexpectedEof,
-        )));
-        assert!(Pid1Error::from(io).disconnected);
-        let denied = zbus::Error::FDO(Box::new(zbus::fdo::Error::AccessDenied(
-            "disconnect is in this text but it is no disconnect".into(),
-        )));
-        assert!(!Pid1Error::from(denied).disconnected);
+/// Ask PID 1 over the bus with an ordinary method call, `Manager.GetUnit(unit)`, and return
+/// the serial of its reply. An error reply (`NoSuchUnit`) is an answer too: PID 1 sent it.
+pub async fn get_unit_reply_serial(conn: &zbus::Connection, unit: &str) -> Result<u32, Error> {
+    let reply = conn
+        .call_method(
+            Some("org.freedesktop.systemd1"),
+            MANAGER_PATH,
+            Some(MANAGER_INTERFACE),
+            "GetUnit",
+            &(unit,),
+        )
+        .await;
+    match reply {
+        Ok(m) | Err(zbus::Error::MethodError(_, _, m)) => Ok(m.primary_header().serial_num().get()),
+        Err(e) => Err(e.into()),
     }
 }

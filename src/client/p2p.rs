@@ -48,17 +48,14 @@ pub enum P2pError {
 }
 
 impl P2pError {
-    /// Whether the peer closed the connection (what PID 1 does to answer `Reexecute`).
-    pub fn is_disconnect(&self) -> bool {
+    /// What kind of failure this is: a closed socket is a disconnect (what PID 1 does to
+    /// answer `Reexecute`), an error reply is told by its D-Bus error name.
+    pub fn kind(&self) -> super::ErrorKind {
         match self {
-            P2pError::Io(e) => matches!(
-                e.kind(),
-                std::io::ErrorKind::UnexpectedEof
-                    | std::io::ErrorKind::ConnectionReset
-                    | std::io::ErrorKind::BrokenPipe
-                    | std::io::ErrorKind::ConnectionAborted
-            ),
-            _ => false,
+            P2pError::Io(e) => super::io_kind(e).unwrap_or(super::ErrorKind::Failed),
+            P2pError::Auth(_) => super::ErrorKind::Failed,
+            P2pError::Protocol(_) => super::ErrorKind::Protocol,
+            P2pError::Remote { name, .. } => super::bus::kind_of_error_name(name),
         }
     }
 }
@@ -230,29 +227,7 @@ impl P2pConnection {
             if parsed.reply_serial != Some(serial) {
                 continue; // a signal, or a reply to an abandoned call
             }
-            return match parsed.kind {
-                2 => Ok(Reply {
-                    signature: parsed.signature,
-                    body: parsed.body,
-                    big_endian: parsed.big_endian,
-                }),
-                3 => {
-                    let message = if parsed.signature.starts_with('s') {
-                        Reader::new(&parsed.body, parsed.big_endian)
-                            .string()
-                            .unwrap_or_default()
-                    } else {
-                        String::new()
-                    };
-                    Err(P2pError::Remote {
-                        name: parsed.error_name.unwrap_or_else(|| "unknown error".into()),
-                        message,
-                    })
-                }
-                k => Err(P2pError::Protocol(format!(
-                    "unexpected message type {k} as reply"
-                ))),
-            };
+            return parsed.into_reply();
         }
     }
 }
@@ -297,7 +272,7 @@ fn encode_call(call: &MethodCall<'_>, serial: u32) -> Vec<u8> {
 }
 
 /// The total length of the message at the start of `buf`, once its fixed header is there.
-fn message_length(buf: &[u8]) -> Result<Option<usize>, P2pError> {
+pub(super) fn message_length(buf: &[u8]) -> Result<Option<usize>, P2pError> {
     if buf.len() < 16 {
         return Ok(None);
     }
@@ -337,16 +312,46 @@ fn check_version(v: u8) -> Result<(), P2pError> {
 
 /// The parts of a message this client looks at.
 #[derive(Debug)]
-struct Parsed {
-    kind: u8,
-    big_endian: bool,
-    reply_serial: Option<u32>,
-    error_name: Option<String>,
-    signature: String,
-    body: Vec<u8>,
+pub(super) struct Parsed {
+    pub(super) kind: u8,
+    pub(super) big_endian: bool,
+    pub(super) reply_serial: Option<u32>,
+    pub(super) error_name: Option<String>,
+    pub(super) signature: String,
+    pub(super) body: Vec<u8>,
 }
 
-fn parse_message(msg: &[u8]) -> Result<Parsed, P2pError> {
+impl Parsed {
+    /// The message as the answer to a call: a method return is a [`Reply`], an error reply
+    /// is [`P2pError::Remote`], anything else is a protocol error.
+    pub(super) fn into_reply(self) -> Result<Reply, P2pError> {
+        match self.kind {
+            2 => Ok(Reply {
+                signature: self.signature,
+                body: self.body,
+                big_endian: self.big_endian,
+            }),
+            3 => {
+                let message = if self.signature.starts_with('s') {
+                    Reader::new(&self.body, self.big_endian)
+                        .string()
+                        .unwrap_or_default()
+                } else {
+                    String::new()
+                };
+                Err(P2pError::Remote {
+                    name: self.error_name.unwrap_or_else(|| "unknown error".into()),
+                    message,
+                })
+            }
+            k => Err(P2pError::Protocol(format!(
+                "unexpected message type {k} as reply"
+            ))),
+        }
+    }
+}
+
+pub(super) fn parse_message(msg: &[u8]) -> Result<Parsed, P2pError> {
     let short = || P2pError::Protocol("truncated message".into());
     if msg.len() < 16 {
         return Err(short());

@@ -1,0 +1,164 @@
+//! The docker engine on its unix socket: connect (agreeing on an API version), the relist
+//! kubelet's PLEG does (`docker ps -a`, then an inspect), which containers are dead, and the
+//! calls the actions make (remove, restart). Failures are [`super::Error`]s classified by
+//! bollard's error variant (and the I/O error under it), never by text.
+//!
+//! bollard's own timeout covers only the response headers, so callers bound each whole call
+//! with their deadline; an abandoned call drops the client and its connection.
+
+use std::path::Path;
+
+use bollard::Docker;
+use bollard::errors::Error as BollardError;
+use bollard::models::{ContainerStateStatusEnum, ContainerSummary, ContainerSummaryStateEnum};
+use bollard::query_parameters::{
+    ListContainersOptions, RemoveContainerOptions, RestartContainerOptions,
+};
+
+use super::{Error, ErrorKind};
+use crate::target::ContainerRef;
+
+/// What one relist saw.
+#[derive(Debug, Default)]
+pub struct Listing {
+    /// Containers listed (all states).
+    pub total: usize,
+    /// Those whose inspected state is `dead`.
+    pub dead: Vec<ContainerRef>,
+}
+
+/// Connect to the engine at `socket` and agree on an API version (`_ping` tells the engine's;
+/// an old engine refuses a client that asks for a newer one).
+pub async fn connect(socket: &Path) -> Result<Docker, Error> {
+    let path = socket
+        .to_str()
+        .ok_or_else(|| Error::new(ErrorKind::Failed, "docker socket path is not UTF-8"))?;
+    let docker = Docker::connect_with_unix(path, 120, bollard::API_DEFAULT_VERSION)?;
+    Ok(docker.negotiate_version().await?)
+}
+
+/// `docker ps -a`.
+pub async fn list_all(docker: &Docker) -> Result<Vec<ContainerSummary>, Error> {
+    Ok(docker
+        .list_containers(Some(ListContainersOptions {
+            all: true,
+            ..Default::default()
+        }))
+        .await?)
+}
+
+/// `docker ps -a`, then inspect the newest container (as PLEG's relist does), noting the dead.
+pub async fn relist(docker: &Docker) -> Result<Listing, Error> {
+    let containers = list_all(docker).await?;
+    if let Some(id) = containers.first().and_then(|c| c.id.as_deref()) {
+        docker.inspect_container(id, None).await?;
+    }
+    let mut dead = Vec::new();
+    for c in containers.iter().filter(|c| may_be_dead(c)) {
+        if let Some(id) = c.id.as_deref() {
+            if is_dead(docker, id).await? {
+                dead.push(container_ref(c));
+            }
+        }
+    }
+    Ok(Listing {
+        total: containers.len(),
+        dead,
+    })
+}
+
+/// Whether a listed container may be dead. The listing is not enough either way: after a
+/// failed removal docker (20.10 at least) keeps listing the container as `removing`
+/// ("Removal In Progress") while its inspected state is `dead`, so both are candidates and
+/// [`is_dead`] decides.
+pub fn may_be_dead(c: &ContainerSummary) -> bool {
+    matches!(
+        c.state,
+        Some(ContainerSummaryStateEnum::DEAD) | Some(ContainerSummaryStateEnum::REMOVING)
+    )
+}
+
+/// Whether the container's inspected state is `dead`.
+pub async fn is_dead(docker: &Docker, id: &str) -> Result<bool, Error> {
+    let info = docker.inspect_container(id, None).await?;
+    Ok(info.state.as_ref().and_then(|s| s.status) == Some(ContainerStateStatusEnum::DEAD))
+}
+
+/// Remove a container by force (its volumes stay).
+pub async fn remove_forced(docker: &Docker, id: &str) -> Result<(), Error> {
+    let options = RemoveContainerOptions {
+        force: true,
+        v: false,
+        link: false,
+    };
+    Ok(docker.remove_container(id, Some(options)).await?)
+}
+
+/// Restart a container, giving it `grace_secs` to stop.
+pub async fn restart(docker: &Docker, name: &str, grace_secs: i32) -> Result<(), Error> {
+    Ok(docker
+        .restart_container(
+            name,
+            Some(RestartContainerOptions {
+                t: Some(grace_secs),
+                ..Default::default()
+            }),
+        )
+        .await?)
+}
+
+/// Short id and name of a listed container.
+pub fn container_ref(c: &ContainerSummary) -> ContainerRef {
+    let id = c.id.as_deref().unwrap_or("?");
+    let name = c
+        .names
+        .as_ref()
+        .and_then(|n| n.first())
+        .map(|n| n.trim_start_matches('/').to_owned())
+        .unwrap_or_default();
+    ContainerRef {
+        id: id.get(..12).unwrap_or(id).to_owned(),
+        name,
+    }
+}
+
+/// The kind of a bollard error, by its variant (and the I/O error under a transport error).
+pub fn kind_of(e: &BollardError) -> ErrorKind {
+    match e {
+        BollardError::RequestTimeoutError => ErrorKind::Timeout,
+        BollardError::SocketNotFoundError(_) => ErrorKind::NotInstalled,
+        BollardError::IOError { err } => super::io_kind(err).unwrap_or(ErrorKind::Failed),
+        BollardError::JsonDataError { .. }
+        | BollardError::JsonSerdeError { .. }
+        | BollardError::StrParseError { .. }
+        | BollardError::APIVersionParseError {}
+        | BollardError::HttpHeaderNotFoundError(_)
+        | BollardError::HttpHeaderToStrError { .. } => ErrorKind::Protocol,
+        BollardError::HyperResponseError { err } => hyper_kind(err),
+        BollardError::HyperLegacyError { err } => {
+            let mut next: Option<&(dyn std::error::Error + 'static)> = Some(err);
+            while let Some(e) = next {
+                if let Some(h) = e.downcast_ref::<hyper::Error>() {
+                    return hyper_kind(h);
+                }
+                if let Some(io) = e.downcast_ref::<std::io::Error>() {
+                    return super::io_kind(io).unwrap_or(ErrorKind::Failed);
+                }
+                next = e.source();
+            }
+            ErrorKind::Failed
+        }
+        _ => ErrorKind::Failed,
+    }
+}
+
+/// The kind of an HTTP failure: the I/O error under it, else what hyper says it was.
+fn hyper_kind(err: &hyper::Error) -> ErrorKind {
+    match super::io_kind_in_chain(err) {
+        Some(k) => k,
+        None if err.is_incomplete_message() || err.is_closed() => ErrorKind::Disconnected,
+        None if err.is_parse() || err.is_parse_status() => ErrorKind::Protocol,
+        None if err.is_timeout() => ErrorKind::Timeout,
+        None => ErrorKind::Failed,
+    }
+}
