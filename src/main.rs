@@ -6,6 +6,7 @@
 
 mod action;
 mod cli;
+mod client;
 mod cmd;
 mod config;
 mod daemon;
