@@ -62,7 +62,8 @@ mv -f "$CONF.new" "$CONF"
 touch "$LOCK"
 exec 7>"$LOCK"
 HAVE_LOCK=0
-if flock -w 60 7; then
+# a test that holds the lock itself and restarts containerd says so
+if [ "${PLEG_GUARD_TEST_CONTAINERD_LOCK_HELD:-}" = 1 ] || flock -w 60 7; then
     HAVE_LOCK=1
     for pid in $(ours) $(pgrep -f "containerd-shim-runc-v2 .*-address $SOCK" || true); do
         [ "$(awk '{print $3}' /proc/"$pid"/stat 2>/dev/null)" = T ] && { kill -CONT "$pid"; echo "containerd.sh: resumed stopped pid $pid ($(cat /proc/"$pid"/comm))"; }
