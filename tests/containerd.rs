@@ -532,7 +532,19 @@ fn hung_containerd_is_unresponsive_and_kubelet_restart_waits() {
             .contains("containerd-unresponsive"),
         "{skipped:?}"
     );
-    std::thread::sleep(secs(3));
+    // every round's hung call is abandoned with its connection: nothing piles up
+    let daemon = bed.main_pid("pleg-guard.service");
+    let fds = || -> usize {
+        let n = bed.sh_ok(&format!("ls /proc/{daemon}/fd | wc -l"));
+        n.parse().unwrap_or_else(|e| panic!("fd count {n:?}: {e}"))
+    };
+    let before = fds();
+    std::thread::sleep(secs(4));
+    let after = fds();
+    assert!(
+        after <= before + 1,
+        "pleg-guard's fds grew from {before} to {after} in 4 rounds with containerd hung"
+    );
     let status = bed.status_json();
     assert_eq!(status["targets"]["containerd"]["state"], "unresponsive");
     assert_eq!(
