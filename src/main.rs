@@ -5,6 +5,8 @@
 //! sd_notify). See README.md for the picture.
 
 mod action;
+mod assessment;
+mod bug_evidence;
 mod cli;
 mod client;
 mod cmd;
@@ -19,6 +21,7 @@ mod pid1;
 mod probe;
 mod report;
 mod systemd_version;
+mod systemd_watch;
 mod target;
 
 use std::process::ExitCode;
