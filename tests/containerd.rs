@@ -547,6 +547,15 @@ fn hung_containerd_is_unresponsive_and_kubelet_restart_waits() {
     );
     let status = bed.status_json();
     assert_eq!(status["targets"]["containerd"]["state"], "unresponsive");
+    let text = bed.sh("pleg-guard status");
+    let out = String::from_utf8_lossy(&text.stdout);
+    assert_eq!(text.status.code(), Some(1), "{}", show(&text));
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("containerd ") && l.contains(" unresponsive ")),
+        "{out}"
+    );
+    assert!(out.contains("PROBLEM containerd-unresponsive"), "{out}");
     assert_eq!(
         bed.journal(&["-u", "pleg-guard", "PLEG_GUARD_EVENT=action-started"])
             .len(),
