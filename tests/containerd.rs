@@ -440,6 +440,31 @@ fn containerd_node_is_watched_through_cri() {
         String::from_utf8_lossy(&table.stdout)
     );
 
+    // the daemon on it: healthy, nothing found, nothing done
+    bed.install_pleg_guard(
+        "interval = \"1s\"\nstartup_grace = \"0s\"\n[probe]\ntimeout = \"1s\"\nunhealthy_after = 2\n",
+    );
+    bed.start_pleg_guard();
+    std::thread::sleep(secs(4));
+    let status = bed.status_json();
+    assert_eq!(status["healthy"], true, "{status:#}");
+    assert!(
+        matches!(
+            status["targets"]["containerd"]["state"].as_str(),
+            Some("ok" | "slow")
+        ),
+        "{status:#}"
+    );
+    assert_eq!(status["targets"]["docker"]["state"], "absent", "{status:#}");
+    let events = bed
+        .journal(&["-u", "pleg-guard", "PLEG_GUARD_EVENT=finding"])
+        .len()
+        + bed
+            .journal(&["-u", "pleg-guard", "PLEG_GUARD_EVENT=action-started"])
+            .len();
+    assert_eq!(events, 0, "{}", bed.pleg_guard_diagnostics());
+    bed.sh_ok("systemctl stop pleg-guard");
+
     // kubelet on containerd logs the same PLEG lines
     bed.kubelet_wedge();
     wait_until("the stand-in kubelet logs PLEG lines", secs(10), || {
