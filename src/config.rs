@@ -39,6 +39,8 @@ pub const DEFAULT_DBUS_SOCKET: &str = "/run/dbus/system_bus_socket";
 pub const DEFAULT_SYSTEMD_PRIVATE_SOCKET: &str = "/run/systemd/private";
 /// Default docker engine socket.
 pub const DEFAULT_DOCKER_SOCKET: &str = "/var/run/docker.sock";
+/// Default containerd socket (CRI v1 over gRPC).
+pub const DEFAULT_CONTAINERD_SOCKET: &str = crate::client::cri::DEFAULT_SOCKET;
 /// Default kubelet unit.
 pub const DEFAULT_KUBELET_UNIT: &str = "kubelet.service";
 /// Default kubelet health endpoint (kubelet's `--healthz-port`, 10248).
@@ -135,6 +137,8 @@ pub struct Config {
     pub logind: LogindConfig,
     /// `[docker]`.
     pub docker: DockerConfig,
+    /// `[containerd]`.
+    pub containerd: ContainerdConfig,
     /// `[kubelet]`.
     pub kubelet: KubeletConfig,
     /// `[actions.*]`.
@@ -185,6 +189,15 @@ pub struct DockerConfig {
     /// Probe docker (and allow `purge-dead-containers`).
     pub enabled: bool,
     /// The engine's unix socket.
+    pub socket: PathBuf,
+}
+
+/// `[containerd]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ContainerdConfig {
+    /// Probe containerd's CRI service.
+    pub enabled: bool,
+    /// containerd's unix socket (CRI v1 over gRPC).
     pub socket: PathBuf,
 }
 
@@ -328,6 +341,10 @@ impl Default for Config {
             docker: DockerConfig {
                 enabled: true,
                 socket: PathBuf::from(DEFAULT_DOCKER_SOCKET),
+            },
+            containerd: ContainerdConfig {
+                enabled: true,
+                socket: PathBuf::from(DEFAULT_CONTAINERD_SOCKET),
             },
             kubelet: KubeletConfig {
                 enabled: true,
@@ -512,6 +529,7 @@ struct Fragment {
     systemd: Option<SystemdFragment>,
     logind: Option<LogindFragment>,
     docker: Option<DockerFragment>,
+    containerd: Option<ContainerdFragment>,
     kubelet: Option<KubeletFragment>,
     actions: Option<ActionsFragment>,
 }
@@ -548,6 +566,13 @@ struct LogindFragment {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct DockerFragment {
+    enabled: Field<bool>,
+    socket: Field<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ContainerdFragment {
     enabled: Field<bool>,
     socket: Field<String>,
 }
@@ -791,6 +816,10 @@ fn apply_file(config: &mut Config, path: &Path, text: &str) -> Result<(), Config
     if let Some(d) = f.docker {
         a.set(&mut config.docker.enabled, d.enabled);
         a.path(&mut config.docker.socket, "docker.socket", d.socket)?;
+    }
+    if let Some(c) = f.containerd {
+        a.set(&mut config.containerd.enabled, c.enabled);
+        a.path(&mut config.containerd.socket, "containerd.socket", c.socket)?;
     }
     if let Some(k) = f.kubelet {
         a.set(&mut config.kubelet.enabled, k.enabled);
@@ -1093,6 +1122,11 @@ max_per_day = 4
                 "max_per_day` must be between",
             ),
             ("[docker]\nsocket = \"docker.sock\"\n", "absolute path"),
+            (
+                "[containerd]\nsocket = \"containerd.sock\"\n",
+                "`containerd.socket`",
+            ),
+            ("[containerd]\nenabled = \"yes\"\n", "invalid type"),
             (
                 "[kubelet]\nhealthz_url = \"https://x/healthz\"\n",
                 "not an http:// URL",

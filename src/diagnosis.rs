@@ -33,6 +33,12 @@ pub enum FindingId {
     DockerUnresponsive,
     /// Containers in state `dead` are present. Cure: `purge-dead-containers`.
     DeadContainers,
+    /// containerd's CRI service does not answer (or answers only errors): PLEG's relist hangs
+    /// with it on a containerd node.
+    ContainerdUnresponsive,
+    /// CRI reports containers in `CONTAINER_UNKNOWN` (or sandboxes/containers in a state
+    /// outside the CRI enum). Reported only: kubelet itself kills and recreates them.
+    CriUnknownContainers,
     /// kubelet logs `PLEG is not healthy`, or its healthz fails. Cure, last: `restart-kubelet`.
     KubeletPlegUnhealthy,
     /// The running systemd carries the bus bug (a standing warning: upgrade it).
@@ -45,13 +51,15 @@ pub enum FindingId {
 impl FindingId {
     /// Every finding, in report order.
     #[cfg(test)]
-    pub const ALL: [FindingId; 9] = [
+    pub const ALL: [FindingId; 11] = [
         FindingId::BusUnresponsive,
         FindingId::SystemdBusWedge,
         FindingId::SystemdUnresponsive,
         FindingId::LogindUnresponsive,
         FindingId::DockerUnresponsive,
         FindingId::DeadContainers,
+        FindingId::ContainerdUnresponsive,
+        FindingId::CriUnknownContainers,
         FindingId::KubeletPlegUnhealthy,
         FindingId::SystemdAffected,
         FindingId::SystemdSerialExhaustion,
@@ -66,6 +74,8 @@ impl FindingId {
             FindingId::LogindUnresponsive => "logind-unresponsive",
             FindingId::DockerUnresponsive => "docker-unresponsive",
             FindingId::DeadContainers => "dead-containers",
+            FindingId::ContainerdUnresponsive => "containerd-unresponsive",
+            FindingId::CriUnknownContainers => "cri-unknown-containers",
             FindingId::KubeletPlegUnhealthy => "kubelet-pleg-unhealthy",
             FindingId::SystemdAffected => "systemd-affected",
             FindingId::SystemdSerialExhaustion => "systemd-serial-exhaustion",
@@ -101,6 +111,12 @@ impl FindingId {
             FindingId::DeadContainers => {
                 "containers in state `dead` (failed removals, often pause containers) stall the runtime and PLEG"
             }
+            FindingId::ContainerdUnresponsive => {
+                "containerd's CRI service does not answer (`crictl ps` hangs or fails); kubelet's PLEG relist hangs with it"
+            }
+            FindingId::CriUnknownContainers => {
+                "CRI reports containers whose state containerd lost track of (CONTAINER_UNKNOWN: their shim hung or died); kubelet kills and recreates them, and cannot while their shim hangs"
+            }
             FindingId::KubeletPlegUnhealthy => {
                 "kubelet reports `PLEG is not healthy` (or its healthz fails); after 3m the node goes NotReady"
             }
@@ -132,6 +148,12 @@ impl FindingId {
                 "check dockerd/containerd (`journalctl -u docker`); look for the systemd bus wedge first"
             }
             FindingId::DeadContainers => "`docker rm -f $(docker ps -aq --filter status=dead)`",
+            FindingId::ContainerdUnresponsive => {
+                "check containerd (`journalctl -u containerd`, `crictl version`); look for the systemd bus wedge and hung shims first"
+            }
+            FindingId::CriUnknownContainers => {
+                "look at the named containers (`crictl inspect ID`) and their `containerd-shim-runc-v2` processes; a hung shim: kill it, containerd then reports the container exited"
+            }
             FindingId::KubeletPlegUnhealthy => {
                 "cure the runtime first (dead containers, docker, systemd); then `systemctl restart kubelet`"
             }
@@ -355,6 +377,22 @@ impl Diagnosis {
         if let Some(o) = obs(Target::Docker).filter(|o| !o.facts.dead_containers.is_empty()) {
             out.push((FindingId::DeadContainers, Target::Docker, dead_detail(o)));
         }
+        if bad(Target::Containerd) {
+            out.push((
+                FindingId::ContainerdUnresponsive,
+                Target::Containerd,
+                detail(Target::Containerd),
+            ));
+        }
+        if let Some(o) = obs(Target::Containerd).filter(|o| {
+            !(o.facts.unknown_containers.is_empty() && o.facts.unknown_sandboxes.is_empty())
+        }) {
+            out.push((
+                FindingId::CriUnknownContainers,
+                Target::Containerd,
+                unknown_detail(o),
+            ));
+        }
         if bad(Target::Kubelet) {
             out.push((
                 FindingId::KubeletPlegUnhealthy,
@@ -406,6 +444,22 @@ fn dead_detail(o: &Observation) -> String {
         .map(|c| format!("{} ({})", c.name, c.id))
         .collect();
     format!("{} dead: {}", list.len(), list.join(", "))
+}
+
+fn unknown_detail(o: &Observation) -> String {
+    let list: Vec<String> = o
+        .facts
+        .unknown_containers
+        .iter()
+        .map(|c| format!("{} ({})", c.name, c.id))
+        .chain(
+            o.facts
+                .unknown_sandboxes
+                .iter()
+                .map(|s| format!("pod sandbox {} ({})", s.name, s.id)),
+        )
+        .collect();
+    format!("{} in an unknown state: {}", list.len(), list.join(", "))
 }
 
 #[cfg(test)]
@@ -581,6 +635,44 @@ mod tests {
     }
 
     #[test]
+    fn containerd_unresponsive_after_threshold_unknown_containers_at_once() {
+        let mut d = Diagnosis::new(2);
+        let bad = round(0, vec![obs(Target::Containerd, TargetState::Unresponsive)]);
+        d.update(&bad, None, t(0));
+        assert!(ids(&d).is_empty());
+        let (tr, _) = d.update(&bad, None, t(1));
+        assert_eq!(tr, vec![Transition::Unhealthy(Target::Containerd)]);
+        assert_eq!(ids(&d), vec![FindingId::ContainerdUnresponsive]);
+
+        let mut d = Diagnosis::new(3);
+        let mut o = obs(Target::Containerd, TargetState::Ok);
+        o.facts.unknown_containers = vec![ContainerRef {
+            id: "0123456789ab".into(),
+            name: "app".into(),
+        }];
+        o.facts.unknown_sandboxes = vec![ContainerRef {
+            id: "ba9876543210".into(),
+            name: "prod/web".into(),
+        }];
+        let (_, new) = d.update(&round(0, vec![o]), None, t(0));
+        assert_eq!(new[0].id, FindingId::CriUnknownContainers);
+        assert_eq!(new[0].target, Target::Containerd);
+        assert_eq!(
+            new[0].detail,
+            "2 in an unknown state: app (0123456789ab), pod sandbox prod/web (ba9876543210)"
+        );
+        // a containerd node without docker is a normal node
+        let mut d = Diagnosis::new(1);
+        d.update(
+            &round(0, vec![obs(Target::Docker, TargetState::Absent)]),
+            None,
+            t(0),
+        );
+        assert!(ids(&d).is_empty());
+        assert!(!d.degraded());
+    }
+
+    #[test]
     fn kubelet_pleg_and_affected_warning() {
         let mut d = Diagnosis::new(1);
         let affected = Verdict::Affected {
@@ -599,6 +691,21 @@ mod tests {
         d.update(&round(1, vec![]), Some(&affected), t(1));
         assert_eq!(ids(&d), vec![FindingId::SystemdAffected]);
         assert!(!d.degraded());
+    }
+
+    #[test]
+    fn the_catalog_and_the_readme_document_every_finding() {
+        let root = env!("CARGO_MANIFEST_DIR");
+        for file in ["systemd/pleg-guard.catalog", "README.md"] {
+            let text = std::fs::read_to_string(format!("{root}/{file}")).unwrap();
+            for id in FindingId::ALL {
+                assert!(
+                    text.contains(&format!("{}:", id.name()))
+                        || text.contains(&format!("`{}`", id.name())),
+                    "{file} does not document {id}"
+                );
+            }
+        }
     }
 
     #[test]

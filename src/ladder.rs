@@ -70,12 +70,13 @@ pub enum Decision {
 
 /// Findings that mean the runtime's own dependencies are broken: restarting kubelet cannot
 /// help while any of them stands.
-const RUNTIME_BROKEN: [FindingId; 5] = [
+const RUNTIME_BROKEN: [FindingId; 6] = [
     FindingId::BusUnresponsive,
     FindingId::SystemdBusWedge,
     FindingId::SystemdUnresponsive,
     FindingId::LogindUnresponsive,
     FindingId::DockerUnresponsive,
+    FindingId::ContainerdUnresponsive,
 ];
 
 /// Decide, lowest tier first. At most one `Act`, and it is the last decision.
@@ -331,6 +332,22 @@ mod tests {
         assert!(
             matches!(&d[..], [Decision::Skipped { action: ActionKind::RestartKubelet, reason, .. }] if reason.contains("docker-unresponsive")),
             "{d:?}"
+        );
+    }
+
+    #[test]
+    fn kubelet_restart_waits_for_containerd_too() {
+        let c = Case::new();
+        let d = c.decide(&[ContainerdUnresponsive, KubeletPlegUnhealthy]);
+        assert!(
+            matches!(&d[..], [Decision::Skipped { action: ActionKind::RestartKubelet, reason, .. }] if reason.contains("containerd-unresponsive")),
+            "{d:?}"
+        );
+        // unknown containers alone: no action aims at them (report only), none is blocked
+        assert!(c.decide(&[CriUnknownContainers]).is_empty());
+        assert_eq!(
+            c.decide(&[CriUnknownContainers, KubeletPlegUnhealthy]),
+            vec![act(ActionKind::RestartKubelet, &[KubeletPlegUnhealthy])]
         );
     }
 

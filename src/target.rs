@@ -19,17 +19,20 @@ pub enum Target {
     Logind,
     /// The docker engine API: what kubelet's PLEG relist calls.
     Docker,
+    /// containerd's CRI v1 service: what kubelet's PLEG relists through on a containerd node.
+    Containerd,
     /// kubelet: its healthz endpoint and its own `PLEG is not healthy` log lines.
     Kubelet,
 }
 
 impl Target {
     /// Every target, in the order reports list them.
-    pub const ALL: [Target; 5] = [
+    pub const ALL: [Target; 6] = [
         Target::Dbus,
         Target::Systemd,
         Target::Logind,
         Target::Docker,
+        Target::Containerd,
         Target::Kubelet,
     ];
 
@@ -40,6 +43,7 @@ impl Target {
             Target::Systemd => "systemd",
             Target::Logind => "logind",
             Target::Docker => "docker",
+            Target::Containerd => "containerd",
             Target::Kubelet => "kubelet",
         }
     }
@@ -142,9 +146,25 @@ pub struct Facts {
     /// `docker`: containers in state `dead` (short id and name).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub dead_containers: Vec<ContainerRef>,
-    /// `docker`: how many containers `docker ps -a` listed.
+    /// `docker`: how many containers `docker ps -a` listed; `containerd`: how many
+    /// containers CRI's `ListContainers` listed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub containers: Option<usize>,
+    /// `containerd`: how many pod sandboxes CRI's `ListPodSandbox` listed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sandboxes: Option<usize>,
+    /// `containerd`: the runtime as CRI's `Version` names it (`containerd 1.6.20~ds1`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runtime_version: Option<String>,
+    /// `containerd`: containers CRI reports in `CONTAINER_UNKNOWN` (or a state value outside
+    /// the CRI enum): short id and name.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unknown_containers: Vec<ContainerRef>,
+    /// `containerd`: pod sandboxes CRI reports in a state value outside the CRI enum (short
+    /// id and `namespace/name`). CRI v1 has no unknown sandbox state: containerd reports a
+    /// sandbox it lost track of as `SANDBOX_NOTREADY`, which is also every stopped pod's state.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unknown_sandboxes: Vec<ContainerRef>,
     /// `kubelet`: the latest `PLEG is not healthy` line seen in the log window.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pleg_line: Option<String>,

@@ -210,7 +210,7 @@ fn plain_machine_every_target_absent_exit_0() {
     std::fs::write(
         &config,
         "[dbus]\nsocket = \"/nonexistent/bus\"\n[systemd]\nprivate_socket = \"/nonexistent/private\"\n\
-         [docker]\nsocket = \"/nonexistent/docker.sock\"\n[kubelet]\nunit = \"no-such-kubelet.service\"\n\
+         [docker]\nsocket = \"/nonexistent/docker.sock\"\n[containerd]\nsocket = \"/nonexistent/containerd.sock\"\n[kubelet]\nunit = \"no-such-kubelet.service\"\n\
          healthz_url = \"http://127.0.0.1:9/healthz\"\n",
     )
     .unwrap();
@@ -221,7 +221,14 @@ fn plain_machine_every_target_absent_exit_0() {
         .unwrap();
     let r: Value =
         serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", show(&o)));
-    for t in ["dbus", "systemd", "logind", "docker", "kubelet"] {
+    for t in [
+        "dbus",
+        "systemd",
+        "logind",
+        "docker",
+        "containerd",
+        "kubelet",
+    ] {
         assert_eq!(state(&r, t), "absent", "{t}: {r:#}");
     }
     assert_eq!(o.status.code(), Some(0), "{}", show(&o));

@@ -1,6 +1,6 @@
 //! Clients of what pleg-guard talks to: the system bus ([`bus`]), PID 1 on both paths
-//! ([`pid1`], over [`p2p`] or the bus), logind ([`logind`]) and the docker engine
-//! ([`docker`]). Probes and actions both stand on this layer and import neither each other.
+//! ([`pid1`], over [`p2p`] or the bus), logind ([`logind`]), the docker engine ([`docker`])
+//! and a CRI v1 runtime such as containerd ([`cri`], with its own typed errors). Probes and actions both stand on this layer and import neither each other.
 //!
 //! Every client reports failures as one [`Error`] whose [`ErrorKind`] is decided by the type
 //! of what failed — an `io::ErrorKind`, a zbus or bollard error variant — never by its text.
@@ -10,6 +10,7 @@
 //! D-Bus replies captured from PID 1 and from logind, docker JSON served by a fake engine.
 
 pub mod bus;
+pub mod cri;
 pub mod docker;
 pub mod logind;
 pub mod p2p;

@@ -7,6 +7,7 @@
 //! socket per target per round, never a growing pile of calls — the failure that took kubelet
 //! down was exactly such a pile.
 
+pub mod containerd;
 pub mod dbus;
 pub mod docker;
 pub mod journal_follow;
@@ -33,6 +34,7 @@ pub struct Prober {
     systemd: systemd::SystemdProbe,
     logind_enabled: bool,
     docker: docker::DockerProbe,
+    containerd: containerd::ContainerdProbe,
     kubelet: kubelet::KubeletProbe,
 }
 
@@ -79,6 +81,10 @@ impl Prober {
             systemd: systemd::SystemdProbe::new(config.systemd.private_socket.clone()),
             logind_enabled: config.logind.enabled && config.dbus.enabled,
             docker: docker::DockerProbe::new(config.docker.enabled, config.docker.socket.clone()),
+            containerd: containerd::ContainerdProbe::new(
+                config.containerd.enabled,
+                config.containerd.socket.clone(),
+            ),
             kubelet: kubelet::KubeletProbe::new(&config.kubelet, config.docker.socket.clone()),
         }
     }
@@ -164,10 +170,17 @@ impl Prober {
             }
         };
         let docker_fut = self.docker.probe(deadline, slow);
+        let containerd_fut = self.containerd.probe(deadline, slow);
         let kubelet_fut = self.kubelet.probe(deadline, slow);
 
-        let (dbus_obs, systemd_obs, logind_obs, docker_obs, kubelet_obs) =
-            tokio::join!(dbus_fut, systemd_fut, logind_fut, docker_fut, kubelet_fut);
+        let (dbus_obs, systemd_obs, logind_obs, docker_obs, containerd_obs, kubelet_obs) = tokio::join!(
+            dbus_fut,
+            systemd_fut,
+            logind_fut,
+            docker_fut,
+            containerd_fut,
+            kubelet_fut
+        );
 
         // A failed bus call may have left the shared connection wedged: start afresh.
         let bus_failed = matches!(connect.await, BusState::Failed(_));
@@ -176,7 +189,14 @@ impl Prober {
         }
         Round {
             at,
-            observations: vec![dbus_obs, systemd_obs, logind_obs, docker_obs, kubelet_obs],
+            observations: vec![
+                dbus_obs,
+                systemd_obs,
+                logind_obs,
+                docker_obs,
+                containerd_obs,
+                kubelet_obs,
+            ],
         }
     }
 

@@ -37,7 +37,7 @@ pub fn render(s: &Snapshot, with_actions: bool) -> String {
     let _ = writeln!(out);
     let _ = writeln!(
         out,
-        "{:<9} {:<13} {:>9}  DETAIL",
+        "{:<10} {:<13} {:>9}  DETAIL",
         "TARGET", "STATE", "LATENCY"
     );
     let ordered = crate::target::Target::ALL
@@ -51,7 +51,7 @@ pub fn render(s: &Snapshot, with_actions: bool) -> String {
         };
         let _ = writeln!(
             out,
-            "{:<9} {:<13} {:>9}  {}",
+            "{:<10} {:<13} {:>9}  {}",
             name,
             o.state.name(),
             latency,

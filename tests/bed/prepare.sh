@@ -46,7 +46,8 @@ step_start dockerd
 # a killed test run may have left dockerd/containerd SIGSTOPped: resume them (under the docker
 # lock so we never resume a dockerd that a running test stopped on purpose).
 resume_docker() {
-    for pid in $(pgrep -x dockerd) $(pgrep -x containerd); do
+    # (docker's containerd only: the bed's own one, tests/bed/containerd.sh, has its own lock)
+    for pid in $(pgrep -x dockerd) $(pgrep -x containerd | while read -r p; do tr '\0' ' ' </proc/"$p"/cmdline 2>/dev/null | grep -q pleg-guard-test-containerd || echo "$p"; done); do
         [ "$(awk '{print $3}' /proc/$pid/stat 2>/dev/null)" = T ] && { kill -CONT "$pid"; echo "prepare: resumed stopped pid $pid ($(cat /proc/$pid/comm))"; }
     done
     return 0
@@ -110,6 +111,12 @@ for pid in $(pgrep -x systemd-nspawn || true); do
     removed=$((removed + 1))
 done
 step_done "removed $removed stale container(s)/bed(s)"
+
+# --- the bed's own containerd with CRI (tests/bed/containerd.sh) --------------------------------
+step_start containerd
+out=$("$HERE/containerd.sh") || die "tests/bed/containerd.sh failed"
+echo "$out" | grep -v '^CONTAINERD_SOCKET=' | sed 's/^/prepare: /' || true
+step_done "answers at ${out##*CONTAINERD_SOCKET=}"
 
 # --- bed root filesystem ------------------------------------------------------------------------------
 step_start rootfs

@@ -78,6 +78,7 @@ pub enum CriError {
 
 impl CriError {
     /// The step the error happened in (`Connect` for the dialling errors).
+    #[cfg(test)]
     pub fn call(&self) -> Call {
         match self {
             CriError::NotInstalled { .. } | CriError::Refused { .. } | CriError::Connect { .. } => {

@@ -49,13 +49,6 @@ impl SandboxState {
     pub fn is_unknown(self) -> bool {
         matches!(self, SandboxState::Unrecognized(_))
     }
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SandboxState::Ready => "ready",
-            SandboxState::NotReady => "notready",
-            SandboxState::Unrecognized(_) => "unrecognized",
-        }
-    }
 }
 
 impl ContainerState {
@@ -74,15 +67,6 @@ impl ContainerState {
             self,
             ContainerState::Unknown | ContainerState::Unrecognized(_)
         )
-    }
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ContainerState::Created => "created",
-            ContainerState::Running => "running",
-            ContainerState::Exited => "exited",
-            ContainerState::Unknown => "unknown",
-            ContainerState::Unrecognized(_) => "unrecognized",
-        }
     }
 }
 

@@ -28,11 +28,14 @@ pub mod proto {
     include!("generated.rs");
 }
 
+// The channel is what the bed tests (tests/containerd.rs) make pods and containers with.
+#[allow(unused_imports)]
 pub use channel::{CriChannel, connect};
 pub use error::{Call, CriError};
+pub use facts::Relist;
+#[cfg(test)]
 pub use facts::{
-    Container, ContainerState, ContainerStatusCheck, Relist, RuntimeVersion, Sandbox, SandboxState,
-    Timings,
+    Container, ContainerState, ContainerStatusCheck, RuntimeVersion, Sandbox, SandboxState, Timings,
 };
 pub use relist::relist;
 
