@@ -16,6 +16,7 @@ mod diagnosis;
 mod forecast;
 mod ladder;
 mod ledger;
+mod metrics;
 mod pid1;
 mod probe;
 mod report;
