@@ -283,8 +283,16 @@ impl Exporter {
             }
             return;
         }
+        let started = std::time::Instant::now();
         let rendered = match render(snapshot, totals) {
-            Ok(r) => Arc::new(r),
+            Ok(r) => {
+                tracing::debug!(
+                    "metrics: rendered in {:?} ({} bytes of text)",
+                    started.elapsed(),
+                    r.text.len()
+                );
+                Arc::new(r)
+            }
             Err(e) => {
                 tracing::warn!("metrics: {e}");
                 return;
