@@ -32,7 +32,8 @@ const SNAPSHOT: &str = r#"{
   },
   "findings": [
     {"id": "logind-unresponsive", "since": "2026-12-03T09:50:00Z", "severity": "problem", "detail": "", "target": "logind"},
-    {"id": "systemd-affected", "since": "2026-12-03T09:00:00Z", "severity": "warning", "detail": "", "target": "systemd"}
+    {"id": "systemd-affected", "since": "2026-12-03T09:00:00Z", "severity": "warning", "detail": "", "target": "systemd"},
+    {"id": "systemd-serial-exhaustion", "since": "2026-12-03T09:00:00Z", "severity": "warning", "detail": "", "target": "systemd"}
   ],
   "actions": [],
   "budget": {
