@@ -62,6 +62,9 @@ pub const PREEMPT_HEADROOM_MAX: u64 = 1 << 32;
 pub const DEFAULT_STATE_DIRECTORY: &str = "/var/lib/pleg-guard";
 /// Default runtime directory (status.json).
 pub const DEFAULT_RUNTIME_DIRECTORY: &str = "/run/pleg-guard";
+/// Default metrics file: the directory Debian's `prometheus-node-exporter` reads with its
+/// textfile collector.
+pub const DEFAULT_METRICS_TEXTFILE: &str = "/var/lib/prometheus/node-exporter/pleg-guard.prom";
 
 /// The longest value any duration key takes: one year. Larger values (`"500000000y"`) would
 /// only overflow a deadline (`Instant + Duration` aborts a release build) or a timestamp
@@ -143,6 +146,17 @@ pub struct Config {
     pub kubelet: KubeletConfig,
     /// `[actions.*]`.
     pub actions: ActionsConfig,
+    /// `[metrics]`.
+    pub metrics: MetricsConfig,
+}
+
+/// `[metrics]`: where the Prometheus metrics go.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MetricsConfig {
+    /// `textfile`: the file node_exporter's textfile collector reads (None: `""`, off).
+    pub textfile: Option<PathBuf>,
+    /// `listen`: address of the `/metrics` endpoint (None: `""`, off).
+    pub listen: Option<std::net::SocketAddr>,
 }
 
 /// `[probe]`.
@@ -371,6 +385,10 @@ impl Default for Config {
                 // 30 min apart, 4 a day, checked 90 s later (kubelet needs a while to relist).
                 restart_kubelet: action(1800, 4, 90),
             },
+            metrics: MetricsConfig {
+                textfile: Some(PathBuf::from(DEFAULT_METRICS_TEXTFILE)),
+                listen: None,
+            },
         }
     }
 }
@@ -532,6 +550,14 @@ struct Fragment {
     containerd: Option<ContainerdFragment>,
     kubelet: Option<KubeletFragment>,
     actions: Option<ActionsFragment>,
+    metrics: Option<MetricsFragment>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MetricsFragment {
+    textfile: Field<String>,
+    listen: Field<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -917,7 +943,61 @@ fn apply_file(config: &mut Config, path: &Path, text: &str) -> Result<(), Config
             )?;
         }
     }
+    if let Some(m) = f.metrics {
+        a.metrics(&mut config.metrics, m)?;
+    }
     Ok(())
+}
+
+impl Applier<'_> {
+    /// `[metrics]`: `""` turns either output off.
+    fn metrics(&self, slot: &mut MetricsConfig, m: MetricsFragment) -> Result<(), ConfigError> {
+        if let Some(v) = m.textfile {
+            let text = v.get_ref();
+            slot.textfile = if text.is_empty() {
+                None
+            } else if !text.starts_with('/') {
+                return Err(self.error_at(
+                    v.span().start,
+                    format!("`metrics.textfile` must be an absolute path (or \"\" for off), not `{text}`"),
+                ));
+            } else if !text.ends_with(".prom") || text.ends_with("/.prom") {
+                return Err(self.error_at(
+                    v.span().start,
+                    format!(
+                        "`metrics.textfile` must name a `*.prom` file (node_exporter's textfile collector reads no other), not `{text}`"
+                    ),
+                ));
+            } else {
+                Some(PathBuf::from(text))
+            };
+        }
+        if let Some(v) = m.listen {
+            let text = v.get_ref().trim();
+            slot.listen = if text.is_empty() {
+                None
+            } else {
+                match text.parse::<std::net::SocketAddr>() {
+                    Ok(addr) if addr.port() != 0 => Some(addr),
+                    Ok(_) => {
+                        return Err(self.error_at(
+                            v.span().start,
+                            format!("`metrics.listen` needs a port other than 0, not `{text}`"),
+                        ));
+                    }
+                    Err(_) => {
+                        return Err(self.error_at(
+                            v.span().start,
+                            format!(
+                                "`metrics.listen` must be an IP address and port such as \"127.0.0.1:9847\" or \"[::1]:9847\" (or \"\" for off), not `{text}`"
+                            ),
+                        ));
+                    }
+                }
+            };
+        }
+        Ok(())
+    }
 }
 
 /// Parse a human duration (`"500ms"`, `"10s"`, `"5m"`, `"1h 30m"`).
@@ -1199,6 +1279,49 @@ max_per_day = 4
         assert_eq!(c.interval, MAX_LOOP_DURATION);
         // Keys added later get the general ceiling.
         assert_eq!(duration_ceiling("systemd.serial_warn_before"), MAX_DURATION);
+    }
+
+    #[test]
+    fn metrics_keys() {
+        let c = parse("").unwrap();
+        assert_eq!(
+            c.metrics.textfile.as_deref(),
+            Some(Path::new(DEFAULT_METRICS_TEXTFILE))
+        );
+        assert_eq!(c.metrics.listen, None);
+        let c = parse("[metrics]\ntextfile = \"\"\nlisten = \"[::1]:9847\"\n").unwrap();
+        assert_eq!(c.metrics.textfile, None);
+        assert_eq!(c.metrics.listen, "[::1]:9847".parse().ok());
+        let c = parse("[metrics]\ntextfile = \"/tmp/x/pg.prom\"\nlisten = \"127.0.0.1:9847\"\n")
+            .unwrap();
+        assert_eq!(
+            c.metrics.textfile.as_deref(),
+            Some(Path::new("/tmp/x/pg.prom"))
+        );
+        assert_eq!(c.metrics.listen, "127.0.0.1:9847".parse().ok());
+        for (text, needle) in [
+            (
+                "[metrics]\nlisten = \"localhost:9847\"\n",
+                "2:10: `metrics.listen` must be an IP address and port",
+            ),
+            ("[metrics]\nlisten = \"9847\"\n", "`metrics.listen` must be"),
+            (
+                "[metrics]\nlisten = \"127.0.0.1:0\"\n",
+                "`metrics.listen` needs a port other than 0",
+            ),
+            (
+                "[metrics]\ntextfile = \"pg.prom\"\n",
+                "`metrics.textfile` must be an absolute path",
+            ),
+            (
+                "[metrics]\ntextfile = \"/var/lib/x/pg.txt\"\n",
+                "`metrics.textfile` must name a `*.prom` file",
+            ),
+            ("[metrics]\nlissen = \"\"\n", "did you mean `listen`"),
+        ] {
+            let e = parse(text).unwrap_err();
+            assert!(e.contains(needle), "{text:?}: {e}");
+        }
     }
 
     #[test]

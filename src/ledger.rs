@@ -6,7 +6,12 @@
 //! resets a budget. A missing ledger is a fresh start. A corrupt or unreadable one is moved
 //! aside and replaced by one that holds every action back for one `min_interval` (fail safe:
 //! a daemon that cannot remember must not act as if it had never acted).
+//!
+//! Pruning forgets runs after 48 h, so the ledger also keeps cumulative [`Totals`] per action
+//! and outcome (the metric `pleg_guard_actions_total`): never pruned, counted as each outcome
+//! is recorded, and seeded from the entries when a ledger written before they existed is read.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -79,6 +84,101 @@ pub struct Budget {
     pub next_allowed_at: Option<SystemTime>,
 }
 
+/// An outcome the action counters count (the contract's outcomes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Outcome {
+    /// The action did what it was asked.
+    Succeeded,
+    /// It failed.
+    Failed,
+    /// A rate limit held it back (counted once per episode, like the journal entry).
+    Suppressed,
+    /// Observe mode or disabled (once per episode).
+    Skipped,
+    /// After the settle time the symptom was gone.
+    Cleared,
+    /// After the settle time the symptom was still there.
+    Persisted,
+}
+
+impl Outcome {
+    /// Every outcome.
+    pub const ALL: [Outcome; 6] = [
+        Outcome::Succeeded,
+        Outcome::Failed,
+        Outcome::Suppressed,
+        Outcome::Skipped,
+        Outcome::Cleared,
+        Outcome::Persisted,
+    ];
+
+    /// The outcome a suppressed/skipped journal note counts as.
+    pub fn of_note(kind: crate::report::event::EventKind) -> Option<Outcome> {
+        use crate::report::event::EventKind;
+        match kind {
+            EventKind::ActionSuppressed => Some(Outcome::Suppressed),
+            EventKind::ActionSkipped => Some(Outcome::Skipped),
+            _ => None,
+        }
+    }
+
+    /// The contract's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Outcome::Succeeded => "succeeded",
+            Outcome::Failed => "failed",
+            Outcome::Suppressed => "suppressed",
+            Outcome::Skipped => "skipped",
+            Outcome::Cleared => "cleared",
+            Outcome::Persisted => "persisted",
+        }
+    }
+}
+
+/// Cumulative counts by action name, then outcome name. Names (not enums) as keys, so a ledger
+/// written by a newer pleg-guard with more of either still reads.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Totals(BTreeMap<String, BTreeMap<String, u64>>);
+
+impl Totals {
+    /// How many times `action` ended with `outcome`.
+    pub fn get(&self, action: ActionKind, outcome: Outcome) -> u64 {
+        self.0
+            .get(action.name())
+            .and_then(|m| m.get(outcome.name()))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    fn add(&mut self, action: ActionKind, outcome: Outcome) {
+        let n = self
+            .0
+            .entry(action.name().to_owned())
+            .or_default()
+            .entry(outcome.name().to_owned())
+            .or_default();
+        *n = n.saturating_add(1);
+    }
+
+    /// What the entries alone tell (a ledger written before totals were kept).
+    fn from_entries(entries: &[Entry]) -> Self {
+        let mut t = Totals::default();
+        for e in entries {
+            match e.outcome {
+                RunOutcome::Succeeded => t.add(e.action, Outcome::Succeeded),
+                RunOutcome::Failed => t.add(e.action, Outcome::Failed),
+                RunOutcome::Started | RunOutcome::Unknown => {}
+            }
+            match e.symptom {
+                Some(Symptom::Cleared) => t.add(e.action, Outcome::Cleared),
+                Some(Symptom::Persisted) => t.add(e.action, Outcome::Persisted),
+                None => {}
+            }
+        }
+        t
+    }
+}
+
 /// The ledger's contents.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Ledger {
@@ -88,6 +188,9 @@ pub struct Ledger {
     next_id: u64,
     #[serde(default)]
     entries: Vec<Entry>,
+    /// Cumulative counts; None in a ledger written before they were kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    totals: Option<Totals>,
 }
 
 impl Ledger {
@@ -133,16 +236,54 @@ impl Ledger {
 
     /// Record how run `id` ended.
     pub fn record_end(&mut self, id: u64, outcome: RunOutcome, detail: &str) {
+        self.seed_totals();
         if let Some(e) = self.entries.iter_mut().find(|e| e.id == id) {
             e.outcome = outcome;
             e.detail = detail.to_owned();
+            let action = e.action;
+            match outcome {
+                RunOutcome::Succeeded => self.count(action, Outcome::Succeeded),
+                RunOutcome::Failed => self.count(action, Outcome::Failed),
+                RunOutcome::Started | RunOutcome::Unknown => {}
+            }
         }
     }
 
     /// Record the settle-time verdict of run `id`.
     pub fn record_symptom(&mut self, id: u64, symptom: Symptom) {
+        self.seed_totals();
         if let Some(e) = self.entries.iter_mut().find(|e| e.id == id) {
             e.symptom = Some(symptom);
+            let action = e.action;
+            self.count(
+                action,
+                match symptom {
+                    Symptom::Cleared => Outcome::Cleared,
+                    Symptom::Persisted => Outcome::Persisted,
+                },
+            );
+        }
+    }
+
+    /// Count one `outcome` of `action` (suppressed and skipped have no entry of their own).
+    pub fn count(&mut self, action: ActionKind, outcome: Outcome) {
+        self.seed_totals();
+        if let Some(t) = self.totals.as_mut() {
+            t.add(action, outcome);
+        }
+    }
+
+    /// The cumulative counts.
+    pub fn totals(&self) -> std::borrow::Cow<'_, Totals> {
+        match &self.totals {
+            Some(t) => std::borrow::Cow::Borrowed(t),
+            None => std::borrow::Cow::Owned(Totals::from_entries(&self.entries)),
+        }
+    }
+
+    fn seed_totals(&mut self) {
+        if self.totals.is_none() {
+            self.totals = Some(Totals::from_entries(&self.entries));
         }
     }
 
@@ -463,6 +604,52 @@ mod tests {
             assert_eq!(l.budget(a, &cfg(300, 3), t(1)).remaining, 3);
             assert_eq!(l.check(a, &cfg(300, 3), t(300)), Ok(()));
         }
+    }
+
+    #[test]
+    fn totals_count_outcomes_and_survive_prune_and_reload() {
+        let d = tempdir("totals");
+        let f = LedgerFile::new(&d);
+        let mut l = f.load(t(0)).ledger;
+        let id = l.record_start(A, t(0));
+        assert_eq!(l.totals().get(A, Outcome::Succeeded), 0);
+        l.record_end(id, RunOutcome::Succeeded, "ok");
+        l.record_symptom(id, Symptom::Persisted);
+        let id2 = l.record_start(A, t(10));
+        l.record_end(id2, RunOutcome::Failed, "no");
+        l.count(A, Outcome::Suppressed);
+        l.count(ActionKind::RestartKubelet, Outcome::Skipped);
+        l.prune(t(0) + DAY * 3, DAY);
+        assert_eq!(l.entries().len(), 1, "only each action's newest run is kept");
+        f.save(&l).unwrap();
+        let back = f.load(t(0) + DAY * 3).ledger;
+        let got: Vec<u64> = Outcome::ALL
+            .iter()
+            .map(|o| back.totals().get(A, *o))
+            .collect();
+        assert_eq!(got, [1, 1, 1, 0, 0, 1]);
+        assert_eq!(
+            back.totals()
+                .get(ActionKind::RestartKubelet, Outcome::Skipped),
+            1
+        );
+        // the fail-safe ledger's placeholders count as nothing
+        assert_eq!(Ledger::fail_safe(t(0)).totals().get(A, Outcome::Failed), 0);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn totals_are_seeded_from_a_ledger_written_before_them() {
+        let old = r#"{"format": 1, "next_id": 2, "entries": [
+            {"id": 1, "action": "daemon-reexec", "at": "2026-01-01T00:00:00Z", "outcome": "succeeded", "symptom": "cleared"},
+            {"id": 2, "action": "daemon-reexec", "at": "2026-01-01T01:00:00Z", "outcome": "started"}]}"#;
+        let mut l: Ledger = serde_json::from_str(old).unwrap();
+        assert_eq!(l.totals().get(A, Outcome::Succeeded), 1);
+        assert_eq!(l.totals().get(A, Outcome::Cleared), 1);
+        // the run that was in flight counts once it ends, not twice
+        l.record_end(2, RunOutcome::Succeeded, "");
+        assert_eq!(l.totals().get(A, Outcome::Succeeded), 2);
+        assert_eq!(l.totals().get(A, Outcome::Cleared), 1);
     }
 
     #[test]

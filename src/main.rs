@@ -17,6 +17,7 @@ mod diagnosis;
 mod forecast;
 mod ladder;
 mod ledger;
+mod metrics;
 mod probe;
 #[cfg(test)]
 mod property_tests;

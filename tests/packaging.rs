@@ -208,6 +208,7 @@ fn deb_installs_upgrades_removes_and_purges_in_a_booted_bed() {
         "/usr/share/zsh/vendor-completions/_pleg-guard",
         "/usr/share/doc/pleg-guard/README.md",
         "/usr/share/doc/pleg-guard/copyright",
+        "/usr/share/pleg-guard/prometheus/pleg-guard.rules.yml",
     ] {
         bed.sh_ok(&format!("test -f {f}"));
     }
@@ -401,6 +402,7 @@ fn rpm_contents_config_flags_and_scriptlets() {
         "-rw-r--r-- root /usr/share/zsh/site-functions/_pleg-guard",
         "-rw-r--r-- root /usr/share/doc/pleg-guard/README.md",
         "-rw-r--r-- root /usr/share/licenses/pleg-guard/LICENSE",
+        "-rw-r--r-- root /usr/share/pleg-guard/prometheus/pleg-guard.rules.yml",
     ];
     for e in expect {
         assert!(files.lines().any(|l| l == e), "rpm lacks `{e}`:\n{files}");

@@ -30,6 +30,18 @@ if [ "${#need[@]}" -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}"
 fi
 
+step "metrics tools: prometheus (promtool), prometheus-node-exporter"
+# Only the binaries are used (tests/metrics.rs runs them on loopback or in a bed's network
+# namespace); without systemd as PID 1 the packages' services do not start.
+need=()
+for tool in promtool:prometheus prometheus-node-exporter:prometheus-node-exporter; do
+    command -v "${tool%%:*}" >/dev/null || need+=("${tool#*:}")
+done
+if [ "${#need[@]}" -gt 0 ]; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}"
+fi
+
 step "format and lints"
 cargo fmt --check
 cargo clippy --all-targets --locked -- -D warnings

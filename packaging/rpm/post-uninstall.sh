@@ -11,6 +11,8 @@ if [ "$1" -ge 1 ]; then
     fi
 else
     rm -rf /run/pleg-guard
+    # the metrics of a removed pleg-guard would only go stale (and alert) in node_exporter
+    rm -f /var/lib/prometheus/node-exporter/pleg-guard.prom
     rmdir /etc/pleg-guard/config.d 2>/dev/null || :
     rmdir /etc/pleg-guard 2>/dev/null || :
     if command -v journalctl >/dev/null 2>&1; then

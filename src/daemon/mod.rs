@@ -57,6 +57,8 @@ pub struct Daemon {
     last_round: Option<Round>,
     /// The last decision text, for the status line.
     next_step: Option<String>,
+    /// Prometheus metrics: the textfile and the `/metrics` endpoint.
+    metrics: crate::metrics::Exporter,
 }
 
 impl Daemon {
@@ -73,6 +75,7 @@ impl Daemon {
             preempt_due: false,
             last_round: None,
             next_step: None,
+            metrics: crate::metrics::Exporter::default(),
             config,
             config_path,
             dry_run,
@@ -369,6 +372,9 @@ impl Daemon {
         if let Err(e) = status_file::write(&self.config.runtime_directory, &snapshot) {
             tracing::debug!("status.json: {e}");
         }
+        let totals = self.runner.ledger().totals();
+        self.metrics
+            .publish(&self.config.metrics, &snapshot, &totals);
     }
 
     fn snapshot(&self, assessment: &Assessment<'_>) -> Snapshot {

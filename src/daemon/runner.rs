@@ -288,6 +288,10 @@ impl ActionRunner {
         if self.notes.get(&action) == Some(&message) {
             return;
         }
+        if let Some(outcome) = ledger::Outcome::of_note(kind) {
+            self.ledger.count(action, outcome); // pleg_guard_actions_total
+            self.save();
+        }
         emit(&Event {
             kind,
             target: None,
