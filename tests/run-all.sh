@@ -16,18 +16,23 @@ if [ "$(id -u)" != 0 ]; then
     exit 2
 fi
 
-step "test bed: packages, dockerd, image, rootfs"
-tests/bed/prepare.sh
+step "test bed: packages, dockerd, image, rootfs (bookworm; bullseye and trixie for tests/old_distros.rs)"
+tests/bed/prepare.sh bookworm bullseye trixie
 
-step "packaging tools: rpm, lintian, rpmlint, systemd-analyze"
+step "packaging tools: rpm, lintian, rpmlint, systemd-analyze, binutils, python3-venv"
 need=()
-for tool in rpm:rpm lintian:lintian rpmlint:rpmlint systemd-analyze:systemd; do
+for tool in rpm:rpm lintian:lintian rpmlint:rpmlint systemd-analyze:systemd objdump:binutils python3:python3; do
     command -v "${tool%%:*}" >/dev/null || need+=("${tool#*:}")
 done
+# packaging/zig-toolchain.sh puts zig (PyPI's ziglang) into a venv
+python3 -c 'import ensurepip' 2>/dev/null || need+=(python3-venv)
 if [ "${#need[@]}" -gt 0 ]; then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}"
 fi
+
+step "glibc 2.17 toolchain: cargo-zigbuild and zig (packaging/zig-toolchain.sh; ~4 min the first time)"
+packaging/zig-toolchain.sh >/dev/null
 
 step "format and lints"
 cargo fmt --check
