@@ -40,7 +40,6 @@ pub const DEFAULT_FIXED_BUILDS: &[&str] = &["219-62.el7_6.8", "219-65", "239-16"
 /// a build is known to be fixed.
 pub const UNPLACED_RELEASE_TAGS: &[&str] = &[".amzn"];
 
-
 /// Errors produced while parsing systemd versions or known-fixed build rules.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum VersionError {

@@ -558,7 +558,10 @@ fn rpm_scriptlets_succeed_without_systemd() {
         let text = text
             .replace("/etc/pleg-guard", &tmp.join("etc").display().to_string())
             .replace("/run/pleg-guard", &tmp.join("run").display().to_string())
-            .replace("/var/lib/pleg-guard", &tmp.join("var").display().to_string())
+            .replace(
+                "/var/lib/pleg-guard",
+                &tmp.join("var").display().to_string(),
+            )
             .replace(
                 "/usr/lib/pleg-guard",
                 &tmp.join("not-installed").display().to_string(),
@@ -743,9 +746,16 @@ fn packaged_binary() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
         let dir = out_dir("extracted");
-        host_ok("dpkg-deb", &["-x", deb().to_str().unwrap(), dir.to_str().unwrap()]);
+        host_ok(
+            "dpkg-deb",
+            &["-x", deb().to_str().unwrap(), dir.to_str().unwrap()],
+        );
         let bin = dir.join("usr/bin/pleg-guard");
-        assert!(bin.is_file(), "no usr/bin/pleg-guard in {}", deb().display());
+        assert!(
+            bin.is_file(),
+            "no usr/bin/pleg-guard in {}",
+            deb().display()
+        );
         bin
     })
 }
@@ -795,7 +805,14 @@ fn binary_needs_at_most_glibc_2_17_and_an_old_libgcc() {
             "unexpected NEEDED {lib}:\n{dynamic}"
         );
     }
-    eprintln!("packaged binary: highest GLIBC_{glibc}, {}", if dynamic.contains("libgcc_s") { "links libgcc_s" } else { "no libgcc_s" });
+    eprintln!(
+        "packaged binary: highest GLIBC_{glibc}, {}",
+        if dynamic.contains("libgcc_s") {
+            "links libgcc_s"
+        } else {
+            "no libgcc_s"
+        }
+    );
 }
 
 #[test]
@@ -833,7 +850,10 @@ fn deb_is_xz_compressed_and_its_depends_hold_on_old_releases() {
                 "{dep}: Debian 10 / Ubuntu 18.04 have no libgcc-s1 (Depends: {depends})"
             );
         } else {
-            assert_eq!(dep, "systemd", "unexpected dependency in Depends: {depends}");
+            assert_eq!(
+                dep, "systemd",
+                "unexpected dependency in Depends: {depends}"
+            );
         }
     }
     assert!(saw_libc, "no libc6 in Depends: {depends}");
@@ -922,7 +942,10 @@ fn rpm_payload_and_requirements_suit_rpm_4_11_and_glibc_2_17() {
     let start = scripts
         .find("systemctl start pleg-guard.service")
         .unwrap_or_else(|| panic!("no start in %post:\n{scripts}"));
-    assert!(link < start, "allow-list linked after the start:\n{scripts}");
+    assert!(
+        link < start,
+        "allow-list linked after the start:\n{scripts}"
+    );
     assert!(
         scripts.contains("mkdir -p /var/lib/pleg-guard"),
         "{scripts}"
@@ -936,16 +959,25 @@ fn rpm_payload_and_requirements_suit_rpm_4_11_and_glibc_2_17() {
 #[test]
 fn deb_maintainer_scripts_make_the_state_directory_and_check_the_version_first() {
     let dir = out_dir("control");
-    host_ok("dpkg-deb", &["-e", deb().to_str().unwrap(), dir.to_str().unwrap()]);
+    host_ok(
+        "dpkg-deb",
+        &["-e", deb().to_str().unwrap(), dir.to_str().unwrap()],
+    );
     let postinst = std::fs::read_to_string(dir.join("postinst")).unwrap();
-    assert!(postinst.contains("mkdir -p /var/lib/pleg-guard"), "{postinst}");
+    assert!(
+        postinst.contains("mkdir -p /var/lib/pleg-guard"),
+        "{postinst}"
+    );
     let link = postinst
         .find("/usr/lib/pleg-guard/syscall-allowlist apply")
         .unwrap_or_else(|| panic!("no allow-list step in postinst:\n{postinst}"));
     let start = postinst
         .find("deb-systemd-invoke")
         .unwrap_or_else(|| panic!("no start in postinst:\n{postinst}"));
-    assert!(link < start, "allow-list linked after the start:\n{postinst}");
+    assert!(
+        link < start,
+        "allow-list linked after the start:\n{postinst}"
+    );
     let postrm = std::fs::read_to_string(dir.join("postrm")).unwrap();
     assert!(
         postrm.contains("50-syscall-allowlist.conf"),
@@ -1022,8 +1054,11 @@ fn allowlist_is_linked_only_where_systemd_is_239_or_later() {
         let stub = tmp.join("bin/systemctl");
         match first_line {
             Some(l) => {
-                std::fs::write(&stub, format!("#!/bin/sh\necho '{l}'\necho '+PAM +AUDIT'\n"))
-                    .unwrap();
+                std::fs::write(
+                    &stub,
+                    format!("#!/bin/sh\necho '{l}'\necho '+PAM +AUDIT'\n"),
+                )
+                .unwrap();
                 std::fs::set_permissions(&stub, std::fs::Permissions::from_mode(0o755)).unwrap();
             }
             None => {
@@ -1033,7 +1068,10 @@ fn allowlist_is_linked_only_where_systemd_is_239_or_later() {
         let o = Command::new("sh")
             .arg(&helper)
             .arg(cmd)
-            .env("PATH", format!("{}:/usr/bin:/bin", tmp.join("bin").display()))
+            .env(
+                "PATH",
+                format!("{}:/usr/bin:/bin", tmp.join("bin").display()),
+            )
             .env("PLEG_GUARD_ROOT", &root)
             .output()
             .unwrap();
