@@ -5,7 +5,13 @@
 //! `packaging/build-rpm.sh` (once per test process, into `target/packaging-test/`), unless
 //! `PLEG_GUARD_DEB` / `PLEG_GUARD_RPM` name ready-made files. A second .deb with a bumped
 //! version (`--deb-version <version>+upgrade`) is built for the upgrade test. Building needs
-//! cargo-deb / cargo-generate-rpm, which the scripts install when missing.
+//! cargo-deb / cargo-generate-rpm and the glibc 2.17 toolchain (cargo-zigbuild, zig), which the
+//! scripts install when missing.
+//!
+//! The packages must also suit the old distributions (RHEL/CentOS 7 and 8, Amazon Linux 2,
+//! Ubuntu 18.04, Debian 10): symbol versions, payload and requirements, Depends, the unit's
+//! filters and the allow-list drop-in's version check are read here; tests/old_distros.rs boots
+//! the .deb on Debian 11 and 13.
 //!
 //! The bed tests need root and the bed (`tests/bed/prepare.sh`): locally they are SKIPPED
 //! without it, under `CI=true` they fail.
