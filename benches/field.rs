@@ -8,7 +8,9 @@
 //!
 //! Env knobs (defaults in brackets):
 //! - `PLEG_BENCH_REPEAT` [3]: runs per detection / repair scenario (a fresh bed each run);
-//! - `PLEG_BENCH_ONLY` [detect,repair,footprint,hang,startup]: sections to run;
+//! - `PLEG_BENCH_ONLY` [detect,repair,footprint,hang,startup,forecast]: sections to run;
+//! - `PLEG_BENCH_SERIAL_RATE` [300]: replies/s PID 1 sends in the forecast section (a busy node);
+//! - `PLEG_BENCH_SERIAL_SECS` [120]: the window in which pleg-guard's own serials are counted;
 //! - `PLEG_BENCH_PROFILES` [default,fast]: setting profiles for detection and repair;
 //! - `PLEG_BENCH_HANG_SECS` [600]: how long logind stays stopped in the long-hang section;
 //! - `PLEG_BENCH_FOOTPRINT_SECS` [120]: the CPU measuring window (extrapolated to an hour);
@@ -99,6 +101,8 @@ struct Knobs {
     hang_secs: u64,
     footprint_secs: u64,
     starts: usize,
+    serial_rate: u64,
+    serial_secs: u64,
     out: PathBuf,
 }
 
@@ -131,11 +135,16 @@ fn knobs() -> Knobs {
         .collect();
     Knobs {
         repeat: env_num("PLEG_BENCH_REPEAT", 3).max(1) as usize,
-        only: list("PLEG_BENCH_ONLY", "detect,repair,footprint,hang,startup"),
+        only: list(
+            "PLEG_BENCH_ONLY",
+            "detect,repair,footprint,hang,startup,forecast",
+        ),
         profiles,
         hang_secs: env_num("PLEG_BENCH_HANG_SECS", 600),
         footprint_secs: env_num("PLEG_BENCH_FOOTPRINT_SECS", 120).max(10),
         starts: env_num("PLEG_BENCH_STARTS", 5).max(1) as usize,
+        serial_rate: env_num("PLEG_BENCH_SERIAL_RATE", 300).clamp(10, 5000),
+        serial_secs: env_num("PLEG_BENCH_SERIAL_SECS", 120).max(20),
         out: std::env::var("PLEG_BENCH_OUT")
             .map(PathBuf::from)
             .unwrap_or_else(|_| {
@@ -663,6 +672,72 @@ fn footprint_once(env: &BedEnv, window: u64) -> Footprint {
     }
 }
 
+/// The last serial an affected sd-bus can send.
+const SERIAL_MAX: u64 = u32::MAX as u64;
+
+/// One planned reexec before the overflow on the affected bed.
+struct Lead {
+    /// Serials PID 1 had left when pleg-guard started the reexec.
+    serials_left: u64,
+    /// The same at the load's rate: how long before the overflow the cure came.
+    lead_s: f64,
+    /// From crossing the rule's threshold to `action-started`.
+    reaction_s: f64,
+}
+
+/// Default settings but for startup_grace, PID 1 on the affected sd-bus at `rate` replies/s,
+/// its serial fast-forwarded to 30 s before the rule in `preempt` fires. The threshold crossing
+/// is computed from the load's rate; the lead time is what is left at the reexec.
+fn lead_once(env: &BedEnv, rate: u64, headroom: u64, before_s: u64) -> Option<Lead> {
+    let bed = Bed::boot(env, BedOptions::affected_with_pleg_guard());
+    bed.install_pleg_guard(&format!(
+        "startup_grace = \"0s\"\n[actions.daemon_reexec]\nwhen = \"always\"\npreempt_headroom = {headroom}\npreempt_before = \"{before_s}s\"\n"
+    ));
+    // the rule fires at max(headroom, rate * before) serials left; start 30 s before that
+    let threshold = headroom.max(rate * before_s);
+    let start_left = threshold + rate * 30;
+    bed.fast_forward_pid1_serial(SERIAL_MAX - start_left);
+    let load = bed.bus_load(rate as f64);
+    let t0 = Instant::now();
+    bed.start_pleg_guard();
+    let started = bed.wait_event(
+        "action-started",
+        &[("PLEG_GUARD_ACTION", "daemon-reexec")],
+        Duration::from_secs(180),
+    );
+    let at = t0.elapsed().as_secs_f64();
+    let message = field(&started, "MESSAGE").unwrap_or("").to_owned();
+    // PID 1's serial right now (the load's latest reply) is at most a second past the start
+    let last = u64::from(load.last_serial());
+    load.stop();
+    let serials_left = SERIAL_MAX.saturating_sub(last);
+    eprintln!("   {message}");
+    Some(Lead {
+        serials_left,
+        lead_s: serials_left as f64 / rate as f64,
+        reaction_s: at - 30.0,
+    })
+}
+
+/// Serials PID 1 sends per hour on a quiet bed, without and with pleg-guard (default settings).
+fn own_serials(env: &BedEnv, window_s: u64) -> (f64, f64) {
+    let bed = Bed::boot(env, BedOptions::with_pleg_guard());
+    bed.install_pleg_guard("");
+    std::thread::sleep(Duration::from_secs(3));
+    let per_hour = |bed: &Bed| {
+        let a = bed.pid1_reply_serial();
+        std::thread::sleep(Duration::from_secs(window_s));
+        let b = bed.pid1_reply_serial();
+        // minus our own second call
+        (b.saturating_sub(a).saturating_sub(1)) as f64 * 3600.0 / window_s as f64
+    };
+    let quiet = per_hour(&bed);
+    bed.start_pleg_guard();
+    std::thread::sleep(Duration::from_secs(12));
+    let with = per_hour(&bed);
+    (quiet, with)
+}
+
 struct Hang {
     samples: Vec<ProcSample>,
     secs: u64,
@@ -1110,6 +1185,89 @@ fn main() {
                 "starting_log_to_ready_ms": stats_json(&lr),
             }),
         );
+    }
+
+    // --- forecast ---------------------------------------------------------------------------
+    let affected_env = if wants("forecast") {
+        require_affected_bed()
+    } else {
+        None
+    };
+    if wants("forecast") && affected_env.is_none() {
+        errors.push("forecast: no affected bed".into());
+    }
+    if let Some(aff) = affected_env {
+        let rate = k.serial_rate;
+        let mut per = Map::new();
+        table.push(format!(
+            "\nFORECAST on the affected bed (pre-v242 sd-bus in PID 1), load {rate} replies/s, interval 10s; min / median / max"
+        ));
+        for (name, headroom, before) in [
+            (
+                "defaults (headroom 2e7, before 6h)",
+                20_000_000u64,
+                6 * 3600u64,
+            ),
+            ("ETA rule only (headroom 1000, before 60s)", 1000, 60),
+        ] {
+            let (mut left, mut lead, mut react) = (Vec::new(), Vec::new(), Vec::new());
+            for r in 0..k.repeat {
+                eprintln!("== forecast lead {name} / run {}", r + 1);
+                match attempt(&format!("forecast lead {name}"), || {
+                    lead_once(&aff, rate, headroom, before)
+                }) {
+                    Ok(Some(l)) => {
+                        eprintln!(
+                            "   {} serials left = {:.0} s before the overflow; reacted {:.1} s after the threshold",
+                            l.serials_left, l.lead_s, l.reaction_s
+                        );
+                        left.push(l.serials_left as f64);
+                        lead.push(l.lead_s);
+                        react.push(l.reaction_s);
+                    }
+                    Ok(None) => errors.push(format!("forecast lead {name}: no reexec")),
+                    Err(e) => errors.push(e),
+                }
+            }
+            table.push(format!(
+                "  {name:<42} lead before overflow {}  (threshold -> reexec {})",
+                fmt_stats(&lead, "s", 0),
+                fmt_stats(&react, "s", 1)
+            ));
+            verdicts.push((
+                format!("forecast {name}: reexec before the overflow"),
+                lead.len() == k.repeat && stats(&lead).is_some_and(|s| s.min > 0.0),
+            ));
+            per.insert(
+                name.into(),
+                json!({"serials_left": stats_json(&left), "lead_s": stats_json(&lead), "threshold_to_reexec_s": stats_json(&react)}),
+            );
+        }
+        let (mut quiet, mut with) = (Vec::new(), Vec::new());
+        for r in 0..k.repeat {
+            eprintln!("== forecast own serials / run {}", r + 1);
+            match attempt("forecast own serials", || own_serials(&env, k.serial_secs)) {
+                Ok((q, w)) => {
+                    eprintln!("   quiet bed {q:.0}/h, with pleg-guard {w:.0}/h");
+                    quiet.push(q);
+                    with.push(w);
+                }
+                Err(e) => errors.push(e),
+            }
+        }
+        let own: Vec<f64> = with.iter().zip(&quiet).map(|(w, q)| w - q).collect();
+        table.push(format!(
+            "  PID 1 serials/h, quiet bed {}; with pleg-guard {}; pleg-guard's own {}  (2^32 lasts {:.0} years at that)",
+            fmt_stats(&quiet, "", 0),
+            fmt_stats(&with, "", 0),
+            fmt_stats(&own, "", 0),
+            stats(&own).map_or(0.0, |s| SERIAL_MAX as f64 / s.median.max(1.0) / 24.0 / 365.0)
+        ));
+        per.insert(
+            "serials_per_hour".into(),
+            json!({"quiet": stats_json(&quiet), "with_pleg_guard": stats_json(&with), "own": stats_json(&own)}),
+        );
+        report.insert("forecast".into(), Value::Object(per));
     }
 
     // --- output -----------------------------------------------------------------------------

@@ -46,7 +46,17 @@ pub const DEFAULT_KUBELET_HEALTHZ_URL: &str = "http://127.0.0.1:10248/healthz";
 /// Default window in which a kubelet `PLEG is not healthy` line counts (60 s): kubelet repeats
 /// the line at least every 5 s while PLEG is unhealthy, so a minute without one means healthy.
 pub const DEFAULT_PLEG_LOG_WINDOW: Duration = Duration::from_secs(60);
-/// Default persistent state directory (the action ledger).
+/// `[systemd] serial_warn_before`: a week's notice before an affected PID 1 runs out of bus
+/// serials (time to plan a systemd upgrade).
+pub const DEFAULT_SERIAL_WARN_BEFORE: Duration = Duration::from_secs(7 * 24 * 3600);
+/// `[actions.daemon_reexec] preempt_headroom`: 20 million serials, about 17 h at a busy node's
+/// 330 replies a second; guards against a burst the rate windows have not caught up with.
+pub const DEFAULT_PREEMPT_HEADROOM: u64 = 20_000_000;
+/// `[actions.daemon_reexec] preempt_before`: reexec when the forecast says 6 h are left.
+pub const DEFAULT_PREEMPT_BEFORE: Duration = Duration::from_secs(6 * 3600);
+/// The largest `preempt_headroom` that means anything: the whole 32-bit serial range.
+pub const PREEMPT_HEADROOM_MAX: u64 = 1 << 32;
+/// Default persistent state directory (the action ledger, the bus-bug proof).
 pub const DEFAULT_STATE_DIRECTORY: &str = "/var/lib/pleg-guard";
 /// Default runtime directory (status.json).
 pub const DEFAULT_RUNTIME_DIRECTORY: &str = "/run/pleg-guard";
@@ -136,6 +146,8 @@ pub struct SystemdConfig {
     pub private_socket: PathBuf,
     /// Builds older than upstream 242 known to carry the bus-bug fix.
     pub fixed_builds: Vec<FixedBuild>,
+    /// `systemd-serial-exhaustion` when an affected PID 1 runs out of bus serials sooner.
+    pub serial_warn_before: Duration,
 }
 
 /// `[logind]`.
@@ -179,6 +191,8 @@ pub struct ActionsConfig {
     pub daemon_reexec: ActionConfig,
     /// `[actions.daemon_reexec] when`.
     pub daemon_reexec_when: ReexecWhen,
+    /// `[actions.daemon_reexec] preempt*`: the planned reexec before the serials run out.
+    pub daemon_reexec_preempt: PreemptConfig,
     /// `[actions.restart_kubelet]`.
     pub restart_kubelet: ActionConfig,
 }
@@ -194,6 +208,17 @@ pub struct ActionConfig {
     pub max_per_day: NonZeroU32,
     /// How long to wait after the action before checking whether the symptom cleared.
     pub settle: Duration,
+}
+
+/// When a planned `daemon-reexec` runs before an affected PID 1 runs out of bus serials.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PreemptConfig {
+    /// `preempt`: plan reexecs at all.
+    pub enabled: bool,
+    /// `preempt_headroom`: reexec when fewer serials than this are left (at any rate).
+    pub headroom: u64,
+    /// `preempt_before`: reexec when the forecast says they run out sooner than this.
+    pub before: Duration,
 }
 
 /// A plain `http://host:port/path` URL (kubelet's healthz is never TLS).
@@ -275,6 +300,7 @@ impl Default for Config {
                     .iter()
                     .filter_map(|s| s.parse().ok())
                     .collect(),
+                serial_warn_before: DEFAULT_SERIAL_WARN_BEFORE,
             },
             logind: LogindConfig { enabled: true },
             docker: DockerConfig {
@@ -298,6 +324,11 @@ impl Default for Config {
                 // 1 h apart, 3 a day, checked 20 s later.
                 daemon_reexec: action(3600, 3, 20),
                 daemon_reexec_when: ReexecWhen::Affected,
+                daemon_reexec_preempt: PreemptConfig {
+                    enabled: true,
+                    headroom: DEFAULT_PREEMPT_HEADROOM,
+                    before: DEFAULT_PREEMPT_BEFORE,
+                },
                 // 30 min apart, 4 a day, checked 90 s later (kubelet needs a while to relist).
                 restart_kubelet: action(1800, 4, 90),
             },
@@ -483,6 +514,7 @@ struct DbusFragment {
 struct SystemdFragment {
     private_socket: Field<String>,
     fixed_builds: Field<Vec<Spanned<String>>>,
+    serial_warn_before: Field<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -530,6 +562,9 @@ struct ActionFragment {
 struct ReexecFragment {
     enabled: Field<bool>,
     when: Field<String>,
+    preempt: Field<bool>,
+    preempt_headroom: Field<i64>,
+    preempt_before: Field<String>,
     min_interval: Field<String>,
     max_per_day: Field<i64>,
     settle: Field<String>,
@@ -710,6 +745,12 @@ fn apply_file(config: &mut Config, path: &Path, text: &str) -> Result<(), Config
             }
             config.systemd.fixed_builds = builds;
         }
+        a.duration(
+            &mut config.systemd.serial_warn_before,
+            "systemd.serial_warn_before",
+            s.serial_warn_before,
+            true,
+        )?;
     }
     if let Some(l) = f.logind {
         a.set(&mut config.logind.enabled, l.enabled);
@@ -772,6 +813,28 @@ fn apply_file(config: &mut Config, path: &Path, text: &str) -> Result<(), Config
                     }
                 };
             }
+            let preempt = &mut config.actions.daemon_reexec_preempt;
+            a.set(&mut preempt.enabled, r.preempt);
+            if let Some(h) = r.preempt_headroom {
+                preempt.headroom = u64::try_from(*h.get_ref())
+                    .ok()
+                    .filter(|n| *n <= PREEMPT_HEADROOM_MAX)
+                    .ok_or_else(|| {
+                        a.error_at(
+                            h.span().start,
+                            format!(
+                                "`actions.daemon_reexec.preempt_headroom` must be between 0 and {PREEMPT_HEADROOM_MAX} (2^32), not {}",
+                                h.get_ref()
+                            ),
+                        )
+                    })?;
+            }
+            a.duration(
+                &mut preempt.before,
+                "actions.daemon_reexec.preempt_before",
+                r.preempt_before,
+                true,
+            )?;
             a.action(
                 &mut config.actions.daemon_reexec,
                 "daemon_reexec",
@@ -920,6 +983,33 @@ max_per_day = 4
         assert_eq!(c.probe.unhealthy_after.get(), 1);
         assert_eq!(c.actions.daemon_reexec_when, ReexecWhen::Always);
         assert_eq!(c.kubelet.container.as_deref(), Some("kubelet"));
+    }
+
+    #[test]
+    fn serial_forecast_keys_are_read_and_checked() {
+        let c = parse(
+            "[systemd]\nserial_warn_before = \"3d\"\n[actions.daemon_reexec]\npreempt = false\npreempt_headroom = 1000\npreempt_before = \"2h\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.systemd.serial_warn_before, Duration::from_secs(3 * 86400));
+        let p = c.actions.daemon_reexec_preempt;
+        assert!(!p.enabled);
+        assert_eq!(p.headroom, 1000);
+        assert_eq!(p.before, Duration::from_secs(7200));
+        let d = Config::default().actions.daemon_reexec_preempt;
+        assert!(d.enabled && d.headroom == 20_000_000 && d.before == Duration::from_secs(6 * 3600));
+        for bad in ["-1", "4294967297"] {
+            let e = parse(&format!(
+                "[actions.daemon_reexec]\npreempt_headroom = {bad}\n"
+            ))
+            .unwrap_err();
+            assert!(
+                e.contains("`actions.daemon_reexec.preempt_headroom`"),
+                "{e}"
+            );
+        }
+        let e = parse("[systemd]\nserial_warn_before = \"soon\"\n").unwrap_err();
+        assert!(e.contains("`systemd.serial_warn_before`"), "{e}");
     }
 
     #[test]

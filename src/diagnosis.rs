@@ -37,12 +37,15 @@ pub enum FindingId {
     KubeletPlegUnhealthy,
     /// The running systemd carries the bus bug (a standing warning: upgrade it).
     SystemdAffected,
+    /// An affected PID 1 runs out of bus serials soon (the forecast): a warning, and, once
+    /// close enough, the reason for a planned `daemon-reexec`.
+    SystemdSerialExhaustion,
 }
 
 impl FindingId {
     /// Every finding, in report order.
     #[cfg(test)]
-    pub const ALL: [FindingId; 8] = [
+    pub const ALL: [FindingId; 9] = [
         FindingId::BusUnresponsive,
         FindingId::SystemdBusWedge,
         FindingId::SystemdUnresponsive,
@@ -51,6 +54,7 @@ impl FindingId {
         FindingId::DeadContainers,
         FindingId::KubeletPlegUnhealthy,
         FindingId::SystemdAffected,
+        FindingId::SystemdSerialExhaustion,
     ];
 
     /// The kebab-case id.
@@ -64,13 +68,14 @@ impl FindingId {
             FindingId::DeadContainers => "dead-containers",
             FindingId::KubeletPlegUnhealthy => "kubelet-pleg-unhealthy",
             FindingId::SystemdAffected => "systemd-affected",
+            FindingId::SystemdSerialExhaustion => "systemd-serial-exhaustion",
         }
     }
 
     /// Whether the finding makes the node degraded (a warning does not).
     pub fn severity(self) -> Severity {
         match self {
-            FindingId::SystemdAffected => Severity::Warning,
+            FindingId::SystemdAffected | FindingId::SystemdSerialExhaustion => Severity::Warning,
             _ => Severity::Problem,
         }
     }
@@ -102,6 +107,9 @@ impl FindingId {
             FindingId::SystemdAffected => {
                 "this systemd build carries the bus bug (systemd#11809, fixed in 242)"
             }
+            FindingId::SystemdSerialExhaustion => {
+                "PID 1 on an affected build runs out of bus message serials (2^32) soon; then it stops answering on the bus and the node wedges"
+            }
         }
     }
 
@@ -129,6 +137,9 @@ impl FindingId {
             }
             FindingId::SystemdAffected => {
                 "upgrade systemd to 242 or later (RHEL 7: 219-62.el7_6.8 / 219-65 or later) and reboot"
+            }
+            FindingId::SystemdSerialExhaustion => {
+                "`systemctl daemon-reexec` before it runs out (pleg-guard plans one); upgrade systemd for good"
             }
         }
     }
@@ -190,6 +201,8 @@ pub struct Diagnosis {
     unhealthy_after: u32,
     health: BTreeMap<Target, TargetHealth>,
     findings: Vec<Finding>,
+    /// The serial forecast's warning, an input of the next [`Diagnosis::update`].
+    serial_exhaustion: Option<String>,
 }
 
 impl Diagnosis {
@@ -202,7 +215,15 @@ impl Diagnosis {
                 .map(|t| (*t, TargetHealth::default()))
                 .collect(),
             findings: Vec::new(),
+            serial_exhaustion: None,
         }
+    }
+
+    /// Set what the serial forecast says for the next [`Diagnosis::update`]: `Some(detail)`
+    /// when an affected PID 1 runs out of bus serials within the warning time
+    /// (see [`crate::forecast::Outlook`]), `None` otherwise.
+    pub fn set_serial_exhaustion(&mut self, detail: Option<String>) {
+        self.serial_exhaustion = detail;
     }
 
     /// Change the threshold (after a configuration reload); counts carry over.
@@ -341,10 +362,36 @@ impl Diagnosis {
                 detail(Target::Kubelet),
             ));
         }
-        if let Some(Verdict::Affected { reason }) = verdict {
-            let present = obs(Target::Systemd).is_some_and(|o| o.state != TargetState::Absent);
-            if present {
+        let present = obs(Target::Systemd).is_some_and(|o| o.state != TargetState::Absent);
+        let wedged = out
+            .iter()
+            .any(|(id, _, _)| *id == FindingId::SystemdBusWedge);
+        match verdict {
+            Some(Verdict::Affected { reason }) if present => {
                 out.push((FindingId::SystemdAffected, Target::Systemd, reason.clone()));
+            }
+            // The wedge is the bug's own signature: it proves the build affected whatever
+            // its version string says.
+            _ if present && wedged => out.push((
+                FindingId::SystemdAffected,
+                Target::Systemd,
+                format!(
+                    "the systemd-bus-wedge signature proves it{}",
+                    verdict.map_or(String::new(), |v| format!(
+                        " (the version policy alone says: {})",
+                        v.reason()
+                    ))
+                ),
+            )),
+            _ => {}
+        }
+        if let Some(detail) = &self.serial_exhaustion {
+            if present {
+                out.push((
+                    FindingId::SystemdSerialExhaustion,
+                    Target::Systemd,
+                    detail.clone(),
+                ));
             }
         }
         out
@@ -476,7 +523,10 @@ mod tests {
     fn bus_bug_signature_is_a_wedge() {
         let mut d = Diagnosis::new(1);
         d.update(&round(0, vec![wedge()]), None, t(0));
-        assert_eq!(ids(&d), vec![FindingId::SystemdBusWedge]);
+        assert_eq!(
+            ids(&d),
+            vec![FindingId::SystemdBusWedge, FindingId::SystemdAffected]
+        );
     }
 
     #[test]
@@ -549,6 +599,52 @@ mod tests {
         d.update(&round(1, vec![]), Some(&affected), t(1));
         assert_eq!(ids(&d), vec![FindingId::SystemdAffected]);
         assert!(!d.degraded());
+    }
+
+    #[test]
+    fn a_wedge_on_a_build_the_policy_calls_fixed_proves_it_affected() {
+        let mut d = Diagnosis::new(1);
+        let fixed = Verdict::NotAffected {
+            reason: "252.39-1~deb12u2 >= 242".into(),
+        };
+        d.update(&round(0, vec![wedge()]), Some(&fixed), t(0));
+        assert_eq!(
+            ids(&d),
+            vec![FindingId::SystemdBusWedge, FindingId::SystemdAffected]
+        );
+        let affected = &d.findings()[1];
+        assert!(affected.detail.contains("proves"), "{}", affected.detail);
+        assert!(affected.detail.contains(">= 242"), "{}", affected.detail);
+        // a hung logind alone proves nothing
+        let mut d = Diagnosis::new(1);
+        d.update(
+            &round(0, vec![obs(Target::Logind, TargetState::Unresponsive)]),
+            Some(&fixed),
+            t(0),
+        );
+        assert_eq!(ids(&d), vec![FindingId::LogindUnresponsive]);
+    }
+
+    #[test]
+    fn serial_exhaustion_comes_from_the_forecast_and_is_a_warning() {
+        let mut d = Diagnosis::new(3);
+        d.set_serial_exhaustion(Some(
+            "serial 4.29e9 (100%), +330/s, runs out in ~3 min".into(),
+        ));
+        d.update(&round(0, vec![]), None, t(0));
+        assert_eq!(ids(&d), vec![FindingId::SystemdSerialExhaustion]);
+        assert!(d.findings()[0].detail.contains("runs out"));
+        assert!(!d.degraded(), "a warning: the node still works");
+        // not without PID 1
+        d.update(
+            &round(1, vec![obs(Target::Systemd, TargetState::Absent)]),
+            None,
+            t(1),
+        );
+        assert!(ids(&d).is_empty());
+        d.set_serial_exhaustion(None);
+        d.update(&round(2, vec![]), None, t(2));
+        assert!(ids(&d).is_empty());
     }
 
     #[test]

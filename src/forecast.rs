@@ -166,19 +166,6 @@ impl SerialTracker {
         change
     }
 
-    /// The view from one serial alone (`diagnose`: no rate yet).
-    pub fn single(serial: u32) -> Forecast {
-        Forecast {
-            serial,
-            remaining: SERIAL_MAX - u64::from(serial),
-            rate: None,
-            rate_long: None,
-            rate_short: None,
-            eta: None,
-            wraps: false,
-        }
-    }
-
     /// The latest sample.
     pub fn latest(&self) -> Option<Sample> {
         self.samples.back().copied()
@@ -253,10 +240,7 @@ impl SerialTracker {
     }
 }
 
-// The outlook is not consulted by the daemon yet: the `systemd-serial-exhaustion` finding and
-// the planned reexec that use it are the next step (issue 16).
 /// Thresholds of the outlook (from `[systemd]` and `[actions.daemon_reexec]`).
-#[allow(dead_code)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Thresholds {
     /// `systemd.serial_warn_before`: warn when the serials run out sooner.
@@ -270,7 +254,6 @@ pub struct Thresholds {
 }
 
 /// What the forecast asks for.
-#[allow(dead_code)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outlook {
     /// Nothing: the build wraps, the forecast is far, or nothing is known.
@@ -281,7 +264,52 @@ pub enum Outlook {
     Preempt,
 }
 
-#[allow(dead_code)]
+impl Thresholds {
+    /// From the configuration.
+    pub fn of(config: &crate::config::Config) -> Thresholds {
+        let p = config.actions.daemon_reexec_preempt;
+        Thresholds {
+            warn_before: config.systemd.serial_warn_before,
+            preempt: p.enabled,
+            preempt_headroom: p.headroom,
+            preempt_before: p.before,
+        }
+    }
+}
+
+/// Why the outlook is what it is, with the numbers, for the finding and the journal:
+/// `serial 4.29e9 (100%), +330/s, runs out in ~50 min; 1.2e6 serials left, below
+/// preempt_headroom 2e7`.
+pub fn explain(forecast: &Forecast, t: &Thresholds) -> String {
+    let mut reasons = Vec::new();
+    if forecast.remaining < t.preempt_headroom {
+        reasons.push(format!(
+            "{} serials left, below preempt_headroom {}",
+            compact_count(forecast.remaining),
+            compact_count(t.preempt_headroom)
+        ));
+    }
+    if let Some(eta) = forecast.eta {
+        for (limit, key) in [
+            (t.preempt_before, "preempt_before"),
+            (t.warn_before, "serial_warn_before"),
+        ] {
+            if eta <= limit {
+                reasons.push(format!(
+                    "runs out within {key} ({})",
+                    humantime::format_duration(limit)
+                ));
+                break;
+            }
+        }
+    }
+    if reasons.is_empty() {
+        forecast.summary()
+    } else {
+        format!("{}; {}", forecast.summary(), reasons.join("; "))
+    }
+}
+
 impl Outlook {
     /// From a forecast on a build that is (`affected`) or is not known to carry the bug.
     pub fn of(forecast: &Forecast, affected: bool, t: &Thresholds) -> Outlook {
@@ -577,6 +605,33 @@ mod tests {
             Outlook::of(&f(4_284_967_295, None), true, &off),
             Outlook::Warn
         );
+        // the words carry the numbers and the rule that fired
+        let why = explain(&f(4_284_967_295, Some(330.0)), &t);
+        assert!(
+            why.starts_with("serial 4.28e9 (100%), +330/s, runs out in ~8 h"),
+            "{why}"
+        );
+        assert!(
+            why.contains("1.00e7 serials left, below preempt_headroom 2.00e7"),
+            "{why}"
+        );
+        assert!(
+            why.contains("runs out within serial_warn_before (7days)"),
+            "{why}"
+        );
+        let why = explain(&f(4_194_967_295, Some(10_000.0)), &t);
+        assert!(why.contains("runs out within preempt_before (6h)"), "{why}");
+        assert!(!why.contains("headroom"), "{why}");
+    }
+
+    #[test]
+    fn thresholds_come_from_the_config() {
+        let c = crate::config::Config::default();
+        let t = Thresholds::of(&c);
+        assert_eq!(t.warn_before, Duration::from_secs(7 * 86_400));
+        assert!(t.preempt);
+        assert_eq!(t.preempt_headroom, 20_000_000);
+        assert_eq!(t.preempt_before, Duration::from_secs(6 * 3600));
     }
 
     #[test]

@@ -26,8 +26,12 @@ pub struct Context<'a> {
     pub busy: bool,
     /// The current findings.
     pub findings: &'a [FindingId],
-    /// The version policy says this systemd carries the bus bug.
+    /// This systemd carries the bus bug: the version policy says so, or this boot proved it
+    /// (see [`crate::bug_evidence`]).
     pub systemd_affected: bool,
+    /// The serial forecast asks for a planned reexec now (`systemd-serial-exhaustion` alone
+    /// is a warning until then).
+    pub serial_preempt_due: bool,
     /// `[actions.*]`.
     pub actions: &'a ActionsConfig,
     /// The ledger.
@@ -83,7 +87,12 @@ pub fn decide(ctx: &Context<'_>) -> Vec<Decision> {
     let mut out = Vec::new();
 
     for action in ActionKind::ALL {
-        let aimed_at: Vec<FindingId> = aims(action).iter().copied().filter(|id| has(*id)).collect();
+        let aimed_at: Vec<FindingId> = aims(action)
+            .iter()
+            .copied()
+            .filter(|id| has(*id))
+            .filter(|id| *id != FindingId::SystemdSerialExhaustion || ctx.serial_preempt_due)
+            .collect();
         if aimed_at.is_empty() {
             continue;
         }
@@ -98,9 +107,12 @@ pub fn decide(ctx: &Context<'_>) -> Vec<Decision> {
             continue;
         }
         match action {
+            // The wedge is the bug's own signature: it proves the build affected, whatever
+            // the version policy made of its version string.
             ActionKind::DaemonReexec
                 if ctx.actions.daemon_reexec_when == ReexecWhen::Affected
-                    && !ctx.systemd_affected =>
+                    && !ctx.systemd_affected
+                    && !has(FindingId::SystemdBusWedge) =>
             {
                 out.push(skip(
                     "this systemd is not affected by the bus bug (when = \"affected\")".into(),
@@ -139,7 +151,11 @@ pub fn decide(ctx: &Context<'_>) -> Vec<Decision> {
 pub fn aims(action: ActionKind) -> &'static [FindingId] {
     match action {
         ActionKind::PurgeDeadContainers => &[FindingId::DeadContainers],
-        ActionKind::DaemonReexec => &[FindingId::SystemdBusWedge, FindingId::LogindUnresponsive],
+        ActionKind::DaemonReexec => &[
+            FindingId::SystemdBusWedge,
+            FindingId::LogindUnresponsive,
+            FindingId::SystemdSerialExhaustion,
+        ],
         ActionKind::RestartKubelet => &[FindingId::KubeletPlegUnhealthy],
     }
 }
@@ -159,6 +175,7 @@ mod tests {
         config: Config,
         ledger: Ledger,
         affected: bool,
+        preempt_due: bool,
         busy: bool,
         grace: bool,
     }
@@ -169,6 +186,7 @@ mod tests {
                 config: Config::default(),
                 ledger: Ledger::default(),
                 affected: true,
+                preempt_due: false,
                 busy: false,
                 grace: false,
             }
@@ -182,6 +200,7 @@ mod tests {
                 busy: self.busy,
                 findings,
                 systemd_affected: self.affected,
+                serial_preempt_due: self.preempt_due,
                 actions: &self.config.actions,
                 ledger: &self.ledger,
             })
@@ -252,18 +271,56 @@ mod tests {
     }
 
     #[test]
-    fn reexec_only_when_affected_unless_always() {
+    fn a_wedge_is_its_own_proof_but_a_hung_logind_is_not() {
         let mut c = Case::new();
         c.affected = false;
-        let d = c.decide(&[SystemdBusWedge]);
+        // the bus-wedge signature proves the build affected: act on it
+        assert_eq!(
+            c.decide(&[SystemdBusWedge]),
+            vec![act(ActionKind::DaemonReexec, &[SystemdBusWedge])]
+        );
+        // logind alone on a build the policy calls fixed needs `when = "always"`
+        let d = c.decide(&[LogindUnresponsive]);
         assert!(
             matches!(&d[..], [Decision::Skipped { action: ActionKind::DaemonReexec, reason, .. }] if reason.contains("not affected")),
             "{d:?}"
         );
         c.config.actions.daemon_reexec_when = ReexecWhen::Always;
         assert_eq!(
-            c.decide(&[SystemdBusWedge]),
-            vec![act(ActionKind::DaemonReexec, &[SystemdBusWedge])]
+            c.decide(&[LogindUnresponsive]),
+            vec![act(ActionKind::DaemonReexec, &[LogindUnresponsive])]
+        );
+    }
+
+    #[test]
+    fn serial_exhaustion_reexecs_only_when_the_forecast_says_it_is_due() {
+        let mut c = Case::new();
+        assert!(
+            c.decide(&[SystemdSerialExhaustion]).is_empty(),
+            "a warning only"
+        );
+        c.preempt_due = true;
+        assert_eq!(
+            c.decide(&[SystemdSerialExhaustion]),
+            vec![act(ActionKind::DaemonReexec, &[SystemdSerialExhaustion])]
+        );
+        // the same budget as any reexec
+        c.ledger.record_start(ActionKind::DaemonReexec, t(0));
+        assert!(matches!(
+            &c.decide(&[SystemdSerialExhaustion])[..],
+            [Decision::Suppressed {
+                action: ActionKind::DaemonReexec,
+                ..
+            }]
+        ),);
+        // observe mode says what it would do
+        let mut c = Case::new();
+        c.preempt_due = true;
+        c.config.mode = Mode::Observe;
+        let d = c.decide(&[SystemdSerialExhaustion]);
+        assert!(
+            matches!(&d[..], [Decision::Skipped { action: ActionKind::DaemonReexec, reason, .. }] if reason.contains("observe")),
+            "{d:?}"
         );
     }
 

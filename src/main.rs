@@ -5,6 +5,8 @@
 //! sd_notify). See README.md for the picture.
 
 mod action;
+mod assessment;
+mod bug_evidence;
 mod cli;
 mod cmd;
 mod config;
@@ -18,6 +20,7 @@ mod pid1;
 mod probe;
 mod report;
 mod systemd_version;
+mod systemd_watch;
 mod target;
 
 use std::process::ExitCode;

@@ -55,12 +55,24 @@ impl From<P2pError> for Pid1Error {
 
 impl From<zbus::Error> for Pid1Error {
     fn from(e: zbus::Error) -> Self {
-        let disconnected = matches!(&e, zbus::Error::InputOutput(_))
-            || e.to_string().to_lowercase().contains("disconnect");
         Pid1Error {
             message: e.to_string(),
-            disconnected,
+            disconnected: is_disconnect(&e),
         }
+    }
+}
+
+/// Whether PID 1 (or the connection to it) went away instead of answering: our socket
+/// closed, or the bus daemon's `NoReply`/`Disconnected` error ("recipient disconnected from
+/// message bus without replying", how a `Reexecute` over the bus ends). Told by type.
+fn is_disconnect(e: &zbus::Error) -> bool {
+    match e {
+        zbus::Error::InputOutput(_) => true,
+        zbus::Error::FDO(fdo) => matches!(
+            **fdo,
+            zbus::fdo::Error::NoReply(_) | zbus::fdo::Error::Disconnected(_)
+        ),
+        _ => false,
     }
 }
 
@@ -181,5 +193,26 @@ impl Pid1 {
                 Ok(proxy.active_state().await?)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_disconnect_is_told_by_its_type() {
+        let no_reply = zbus::Error::FDO(Box::new(zbus::fdo::Error::NoReply(
+            "Message recipient disconnected from message bus without replying".into(),
+        )));
+        assert!(Pid1Error::from(no_reply).disconnected);
+        let io = zbus::Error::InputOutput(std::sync::Arc::new(std::io::Error::from(
+            std::io::ErrorKind::UnexpectedEof,
+        )));
+        assert!(Pid1Error::from(io).disconnected);
+        let denied = zbus::Error::FDO(Box::new(zbus::fdo::Error::AccessDenied(
+            "disconnect is in this text but it is no disconnect".into(),
+        )));
+        assert!(!Pid1Error::from(denied).disconnected);
     }
 }

@@ -141,6 +141,7 @@ fn smoke(suite: &str, systemd: u32) {
             docker: true,
             pleg_guard_binary: None,
             extra_binds: vec![(deb.parent().unwrap().to_path_buf(), "/pkg".to_string())],
+            ..Default::default()
         },
     );
     let version = bed.sh_ok("systemctl --version | head -n 1");

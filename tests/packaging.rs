@@ -175,6 +175,7 @@ fn deb_installs_upgrades_removes_and_purges_in_a_booted_bed() {
                 (deb.parent().unwrap().to_path_buf(), "/pkg/a".to_string()),
                 (newer.parent().unwrap().to_path_buf(), "/pkg/b".to_string()),
             ],
+            ..Default::default()
         },
     );
     let in_bed = |p: &Path| {
@@ -361,6 +362,7 @@ fn deb_installs_in_a_chroot_without_systemd() {
             docker: false,
             pleg_guard_binary: None,
             extra_binds: vec![(dir, "/pkg".to_string())],
+            ..Default::default()
         },
     );
     // The bed's own root, copied into /chroot: a Debian system where systemd is not running.

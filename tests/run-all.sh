@@ -2,8 +2,9 @@
 # The whole test suite, from a fresh Debian 12 machine, as root (CI runs exactly this).
 #
 # Installs and starts everything the tests need: Debian packages (docker.io,
-# systemd-container, debootstrap, ...), dockerd, the busybox test image and the cached
-# bed root filesystem (tests/bed/prepare.sh), then checks formatting and lints and runs
+# systemd-container, debootstrap, ...), dockerd, the busybox test image, the cached
+# bed root filesystem and the affected libsystemd of the real-bug beds (tests/bed/prepare.sh;
+# under CI=true a missing affected library fails here), then checks formatting and lints and runs
 # every unit and integration test. Integration tests boot real systemd containers; with
 # CI=true a bed that cannot start fails the run instead of skipping.
 set -euo pipefail
@@ -16,7 +17,7 @@ if [ "$(id -u)" != 0 ]; then
     exit 2
 fi
 
-step "test bed: packages, dockerd, image, rootfs (bookworm; bullseye and trixie for tests/old_distros.rs)"
+step "test bed: packages, dockerd, image, rootfs (bookworm; bullseye and trixie for tests/old_distros.rs), affected libsystemd"
 tests/bed/prepare.sh bookworm bullseye trixie
 
 step "packaging tools: rpm, lintian, rpmlint, systemd-analyze, binutils, python3-venv"

@@ -1,16 +1,22 @@
 //! The repairs, lowest tier first: `purge-dead-containers`, `daemon-reexec`,
-//! `restart-kubelet`. Each lives in its own file; this module names them and runs them with
-//! an overall bound.
+//! `restart-kubelet`. Each lives in its own file; this module names them, says what each
+//! needs ([`ActionContext`], built once from the configuration) and dispatches them
+//! ([`run`]). The daemon runs them through an [`Executor`], so its action runner can be tested
+//! with a fake one.
 
 pub mod purge_dead;
 pub mod reexec;
 pub mod restart_kubelet;
 
 use std::fmt;
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{ActionConfig, ActionsConfig};
+use crate::config::{ActionConfig, ActionsConfig, Config};
 
 /// A repair pleg-guard can apply (the contract's `PLEG_GUARD_ACTION` values).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -54,6 +60,80 @@ impl ActionKind {
 impl fmt::Display for ActionKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
+    }
+}
+
+/// What the actions need to know of the node, taken from the configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActionContext {
+    /// Bounds each call an action makes.
+    pub timeout: Duration,
+    /// The docker engine's socket (purge, container-run kubelet).
+    pub docker_socket: PathBuf,
+    /// PID 1's private socket.
+    pub private_socket: PathBuf,
+    /// The system bus socket.
+    pub bus_socket: PathBuf,
+    /// kubelet's unit.
+    pub kubelet_unit: String,
+    /// kubelet's container, when it runs as one.
+    pub kubelet_container: Option<String>,
+}
+
+impl ActionContext {
+    /// From the configuration.
+    pub fn of(config: &Config) -> Self {
+        ActionContext {
+            timeout: config.probe.timeout,
+            docker_socket: config.docker.socket.clone(),
+            private_socket: config.systemd.private_socket.clone(),
+            bus_socket: config.dbus.socket.clone(),
+            kubelet_unit: config.kubelet.unit.clone(),
+            kubelet_container: config.kubelet.container.clone(),
+        }
+    }
+}
+
+/// Run one action to its end.
+pub async fn run(kind: ActionKind, ctx: &ActionContext) -> ActionReport {
+    match kind {
+        ActionKind::PurgeDeadContainers => purge_dead::run(&ctx.docker_socket, ctx.timeout).await,
+        ActionKind::DaemonReexec => {
+            reexec::run(&ctx.private_socket, &ctx.bus_socket, ctx.timeout).await
+        }
+        ActionKind::RestartKubelet => match &ctx.kubelet_container {
+            Some(name) => {
+                restart_kubelet::restart_container(name, &ctx.docker_socket, ctx.timeout).await
+            }
+            None => {
+                restart_kubelet::restart_unit(
+                    &ctx.kubelet_unit,
+                    &ctx.private_socket,
+                    &ctx.bus_socket,
+                    ctx.timeout,
+                )
+                .await
+            }
+        },
+    }
+}
+
+/// A running action: a future the daemon spawns as a task.
+pub type Running = Pin<Box<dyn Future<Output = ActionReport> + Send>>;
+
+/// Carries out actions: [`RealExecutor`] on a node, a fake in tests.
+pub trait Executor: Send + Sync {
+    /// Start `kind` with `ctx`; the future ends with its report.
+    fn execute(&self, kind: ActionKind, ctx: ActionContext) -> Running;
+}
+
+/// The executor that really acts: [`run`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RealExecutor;
+
+impl Executor for RealExecutor {
+    fn execute(&self, kind: ActionKind, ctx: ActionContext) -> Running {
+        Box::pin(async move { run(kind, &ctx).await })
     }
 }
 

@@ -2,16 +2,15 @@
 //! nothing. Finishes within about `probe.timeout` + 1 s even when every target hangs.
 
 use std::process::ExitCode;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
+use crate::assessment::{self, Assessment};
 use crate::cli::DiagnoseArgs;
-use crate::diagnosis::{Diagnosis, Severity};
-use crate::forecast::SerialTracker;
+use crate::diagnosis::Diagnosis;
 use crate::probe::{Prober, systemd};
 use crate::report::journal;
-use crate::report::status_file::{Overall, Snapshot, SystemdStatus};
 use crate::report::table;
-use crate::systemd_version;
+use crate::systemd_watch::SystemdWatch;
 
 /// Exit 0 healthy, 1 a problem found, 2 usage or configuration error.
 pub fn main(args: DiagnoseArgs) -> ExitCode {
@@ -30,65 +29,30 @@ pub fn main(args: DiagnoseArgs) -> ExitCode {
             prober.round(),
             systemd::package_version(config.probe.timeout)
         );
-        let manager = round
-            .get(crate::target::Target::Systemd)
-            .and_then(|o| o.facts.systemd_version.clone());
-        let (build, verdict) = systemd_version::identify(
-            manager.as_deref(),
-            package.as_deref(),
-            &config.systemd.fixed_builds,
-        );
+        // What the daemon would know of systemd after this one round (diagnose writes
+        // nothing: a wedge seen now is proof for this report only).
+        let mut watch = SystemdWatch::read_only(&config.state_directory);
+        let outlook = watch.observe(&round, Duration::ZERO, package.as_deref(), &config);
         // One look: a single failed call counts.
         let mut diagnosis = Diagnosis::new(1);
-        diagnosis.update(&round, Some(&verdict), SystemTime::now());
-        let problems: Vec<&str> = diagnosis
-            .findings()
-            .iter()
-            .filter(|f| f.severity == Severity::Problem)
-            .map(|f| f.id.name())
-            .collect();
-        let degraded = diagnosis.degraded();
-        let summary = if problems.is_empty() {
-            let bad = round.failing();
-            if bad.is_empty() {
-                "no problem found".to_owned()
-            } else {
-                bad.join(", ")
-            }
-        } else {
-            problems.join(", ")
-        };
-        Snapshot {
-            pleg_guard_version: env!("CARGO_PKG_VERSION").to_owned(),
-            pid: None,
+        diagnosis.set_serial_exhaustion(outlook.exhaustion);
+        diagnosis.update(&round, watch.verdict(), SystemTime::now());
+        watch.remember_wedge(diagnosis.findings());
+        let systemd = watch.status().clone();
+        Assessment {
             mode: config.mode,
-            healthy: !degraded,
-            state: if degraded {
-                Overall::Degraded
-            } else {
-                Overall::Healthy
-            },
-            summary,
-            updated_at: round.at,
-            interval_ms: u64::try_from(config.interval.as_millis()).unwrap_or(u64::MAX),
-            systemd: {
-                let mut systemd = SystemdStatus {
-                    version: build.map(|b| b.to_string()),
-                    affected: verdict.is_affected(),
-                    reason: verdict.reason().to_owned(),
-                    ..SystemdStatus::default()
-                };
-                let serial = round
-                    .get(crate::target::Target::Systemd)
-                    .and_then(|o| o.facts.bus_serial);
-                systemd.set_forecast(serial.map(SerialTracker::single).as_ref());
-                systemd
-            },
-            targets: round.by_name(),
-            findings: diagnosis.findings().to_vec(),
-            actions: Vec::new(),
-            budget: Default::default(),
+            round: Some(&round),
+            findings: diagnosis.findings(),
+            degraded: diagnosis.degraded(),
+            systemd: &systemd,
+            activity: None,
+            next_step: None,
         }
+        .snapshot(assessment::Context {
+            interval: config.interval,
+            at: Some(round.at),
+            ..assessment::Context::default()
+        })
     });
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));
     if let Err(e) = table::print(&snapshot, args.json, false) {

@@ -14,7 +14,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 
 use super::journal_follow::JournalFollower;
-use super::{bounded, timed};
+use super::{bounded, timed_with_error};
 use crate::config::{HttpUrl, KubeletConfig};
 use crate::target::{Facts, Observation, PathResult, Target, TargetState};
 
@@ -88,7 +88,7 @@ impl KubeletProbe {
                 .map_or(window_start, |t| t.max(window_start))
         };
         let url = self.healthz.clone();
-        let health = timed(deadline, slow_after, healthz(&url));
+        let health = timed_with_error(deadline, slow_after, healthz(&url));
         let logs = async {
             if !installed {
                 // No kubelet here: no log to read (and no journalctl left running for it).
@@ -100,7 +100,16 @@ impl KubeletProbe {
             }
         };
         let (health, logs) = tokio::join!(health, logs);
-        classify(installed, &self.healthz, &self.source(), health, logs)
+        let (health, error) = health;
+        let refused = matches!(error, Some(HealthzError::Refused { .. }));
+        classify(
+            installed,
+            &self.healthz,
+            &self.source(),
+            health,
+            refused,
+            logs,
+        )
     }
 
     fn source(&self) -> String {
@@ -129,9 +138,9 @@ fn classify(
     url: &HttpUrl,
     source: &str,
     health: PathResult,
+    refused: bool,
     logs: Result<Option<String>, String>,
 ) -> Observation {
-    let refused = health.state == TargetState::Error && health.detail.contains("refused");
     if !installed && refused && !matches!(logs, Ok(Some(_))) {
         return Observation::absent(
             Target::Kubelet,
@@ -180,21 +189,66 @@ fn unit_installed(unit: &str) -> bool {
     UNIT_DIRS.iter().any(|d| Path::new(d).join(unit).exists())
 }
 
+/// Why kubelet's healthz did not say ok.
+#[derive(Debug, thiserror::Error)]
+enum HealthzError {
+    /// Nothing listens there (no kubelet, or not up yet).
+    #[error("connect to {url}: {source}")]
+    Refused {
+        /// The URL.
+        url: String,
+        /// The refusal.
+        source: std::io::Error,
+    },
+    /// Connecting, sending or reading failed otherwise.
+    #[error("{url}: {source}")]
+    Io {
+        /// The URL.
+        url: String,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// It answered, but not 200.
+    #[error("{url} answered {status:?} {body}")]
+    Status {
+        /// The URL.
+        url: String,
+        /// The status line.
+        status: String,
+        /// The start of the body.
+        body: String,
+    },
+}
+
 /// GET the healthz URL with plain HTTP/1.0; `Ok` only for a 200 answer.
-async fn healthz(url: &HttpUrl) -> anyhow::Result<String> {
+async fn healthz(url: &HttpUrl) -> Result<String, HealthzError> {
+    let io = |source| HealthzError::Io {
+        url: url.to_string(),
+        source,
+    };
     let mut stream = tokio::net::TcpStream::connect((url.host.as_str(), url.port))
         .await
-        .map_err(|e| anyhow::anyhow!("connect to {url}: {e}"))?;
+        .map_err(|source| {
+            if source.kind() == std::io::ErrorKind::ConnectionRefused {
+                HealthzError::Refused {
+                    url: url.to_string(),
+                    source,
+                }
+            } else {
+                io(source)
+            }
+        })?;
     let request = format!(
         "GET {} HTTP/1.0\r\nHost: {}\r\nUser-Agent: pleg-guard\r\n\r\n",
         url.path, url.host
     );
-    stream.write_all(request.as_bytes()).await?;
+    stream.write_all(request.as_bytes()).await.map_err(io)?;
     let mut response = Vec::with_capacity(512);
     (&mut stream)
         .take(64 * 1024)
         .read_to_end(&mut response)
-        .await?;
+        .await
+        .map_err(io)?;
     let text = String::from_utf8_lossy(&response);
     let status_line = text.lines().next().unwrap_or("");
     let code = status_line.split_whitespace().nth(1).unwrap_or("");
@@ -206,10 +260,11 @@ async fn healthz(url: &HttpUrl) -> anyhow::Result<String> {
             body.chars().take(40).collect()
         })
     } else {
-        anyhow::bail!(
-            "{url} answered {status_line:?} {}",
-            body.chars().take(80).collect::<String>()
-        )
+        Err(HealthzError::Status {
+            url: url.to_string(),
+            status: status_line.to_owned(),
+            body: body.chars().take(80).collect(),
+        })
     }
 }
 
@@ -307,7 +362,14 @@ mod tests {
 
     #[test]
     fn pleg_line_is_an_error_even_when_healthz_is_ok() {
-        let o = classify(true, &url(), "kubelet.service", ok(), Ok(Some(OLD.into())));
+        let o = classify(
+            true,
+            &url(),
+            "kubelet.service",
+            ok(),
+            false,
+            Ok(Some(OLD.into())),
+        );
         assert_eq!(o.state, TargetState::Error);
         assert_eq!(o.facts.healthz_ok, Some(true));
         assert!(o.detail.starts_with("PLEG is not healthy"), "{}", o.detail);
@@ -320,15 +382,32 @@ mod tests {
             latency: Duration::ZERO,
             detail: "connect: Connection refused (os error 111)".into(),
         };
-        let o = classify(false, &url(), "kubelet.service", refused.clone(), Ok(None));
+        let o = classify(
+            false,
+            &url(),
+            "kubelet.service",
+            refused.clone(),
+            true,
+            Ok(None),
+        );
         assert_eq!(o.state, TargetState::Absent);
-        let o = classify(true, &url(), "kubelet.service", refused, Ok(None));
+        let o = classify(
+            true,
+            &url(),
+            "kubelet.service",
+            refused.clone(),
+            true,
+            Ok(None),
+        );
+        assert_eq!(o.state, TargetState::Error);
+        // the same text without the typed refusal (e.g. a reset) is a failure, not absence
+        let o = classify(false, &url(), "kubelet.service", refused, false, Ok(None));
         assert_eq!(o.state, TargetState::Error);
     }
 
     #[test]
     fn healthy_kubelet_is_ok() {
-        let o = classify(true, &url(), "kubelet.service", ok(), Ok(None));
+        let o = classify(true, &url(), "kubelet.service", ok(), false, Ok(None));
         assert_eq!(o.state, TargetState::Ok);
     }
 }

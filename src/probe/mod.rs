@@ -241,10 +241,21 @@ pub async fn timed<E: std::fmt::Display>(
     slow_after: Duration,
     fut: impl Future<Output = Result<String, E>>,
 ) -> PathResult {
+    timed_with_error(deadline, slow_after, fut).await.0
+}
+
+/// [`timed`], also handing back the error itself when the call failed, so the caller can tell
+/// its kind by its type (never by its text).
+pub async fn timed_with_error<E: std::fmt::Display>(
+    deadline: Instant,
+    slow_after: Duration,
+    fut: impl Future<Output = Result<String, E>>,
+) -> (PathResult, Option<E>) {
     let start = Instant::now();
     let result = bounded(deadline, fut).await;
     let latency = start.elapsed();
-    match result {
+    let mut error = None;
+    let path = match result {
         Ok(Ok(detail)) => PathResult {
             state: if latency > slow_after {
                 TargetState::Slow
@@ -254,11 +265,15 @@ pub async fn timed<E: std::fmt::Display>(
             latency,
             detail,
         },
-        Ok(Err(e)) => PathResult {
-            state: TargetState::Error,
-            latency,
-            detail: e.to_string(),
-        },
+        Ok(Err(e)) => {
+            let path = PathResult {
+                state: TargetState::Error,
+                latency,
+                detail: e.to_string(),
+            };
+            error = Some(e);
+            path
+        }
         Err(()) => PathResult {
             state: TargetState::Unresponsive,
             latency,
@@ -267,7 +282,8 @@ pub async fn timed<E: std::fmt::Display>(
                 humantime::format_duration(round_ms(latency))
             ),
         },
-    }
+    };
+    (path, error)
 }
 
 /// An observation whose state, latency and detail are one path's.

@@ -47,6 +47,13 @@ pub struct SystemdStatus {
     pub affected: bool,
     /// Why the policy says so.
     pub reason: String,
+    /// What decided `affected`: `version-policy`, `bus-wedge-seen` (the bug's signature seen on
+    /// this boot), `serial-wrapped` (a fixed sd-bus wrapped its serial).
+    #[serde(default)]
+    pub evidence: crate::bug_evidence::Evidence,
+    /// When the `systemd-bus-wedge` that proves the build affected was seen (this boot).
+    #[serde(default, with = "crate::report::time_format::option")]
+    pub bus_wedge_seen_at: Option<SystemTime>,
     /// The serial of PID 1's latest reply on the system bus (None: not seen).
     #[serde(default)]
     pub bus_serial: Option<u32>,

@@ -17,7 +17,7 @@
 #     sd_bus_message_seal() refuses every cookie above UINT32_MAX (-EOPNOTSUPP), as before v242.
 #  2. any other build: source build from Debian's source package of the rootfs's systemd version
 #     (apt-get source; revert the wrap-around in bus_seal_message(); build only
-#     libsystemd-shared with Debian's meson options; compare the exported symbols with the
+#     libsystemd-shared with Debian's configure step (debian/rules override_dh_auto_configure); compare the exported symbols with the
 #     original). Takes long; under CI=true it is still done (never skipped), and any failure is an
 #     error. PLEG_GUARD_TEST_FORCE_SOURCE_BUILD=1 takes this path even for the known build.
 # Cache: /var/cache/pleg-guard-test/affected-libsystemd-<sha256 of original, 16>-<method key>.so
@@ -103,18 +103,29 @@ log=$CACHE/affected-libsystemd-build.log
 mkdir -p "$work"
 echo "affected-libsystemd: systemd $version; log $log"
 {
-    grep -rqs '^deb-src\|^Types:.*deb-src' /etc/apt/sources.list /etc/apt/sources.list.d/ || {
-        mirror=$(awk '/^URIs:/{print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
-        echo "deb-src ${mirror:-http://deb.debian.org/debian} bookworm main" >/etc/apt/sources.list.d/pleg-guard-test-src.list
-        mirror_sec=http://deb.debian.org/debian-security
-        echo "deb-src $mirror_sec bookworm-security main" >>/etc/apt/sources.list.d/pleg-guard-test-src.list
-        echo "deb-src ${mirror:-http://deb.debian.org/debian} bookworm-updates main" >>/etc/apt/sources.list.d/pleg-guard-test-src.list
-    }
-    apt-get update -qq
-    apt-get install -y -qq --no-install-recommends dpkg-dev build-essential
-    apt-get build-dep -y -qq "systemd=$version"
-    cd "$work"
-    [ -d src ] || { apt-get source -qq "systemd=$version" && mv "$(find . -maxdepth 1 -type d -name 'systemd-*' | head -1)" src; }
+    # deb-src entries mirroring the host's deb ones (same URIs, suites and Signed-By: apt
+    # refuses two entries for one source that disagree on Signed-By); removed again when apt
+    # cannot use them, so the host's apt is never left broken
+    srclist=""
+    if ! grep -rqs '^deb-src\|^Types:.*deb-src' /etc/apt/sources.list /etc/apt/sources.list.d/; then
+        if [ -f /etc/apt/sources.list.d/debian.sources ]; then
+            srclist=/etc/apt/sources.list.d/pleg-guard-test-src.sources
+            sed 's/^Types:.*/Types: deb-src/' /etc/apt/sources.list.d/debian.sources >"$srclist"
+        elif [ -f /etc/apt/sources.list ]; then
+            srclist=/etc/apt/sources.list.d/pleg-guard-test-src.list
+            sed -n 's/^deb \(.*\)/deb-src \1/p' /etc/apt/sources.list >"$srclist"
+        else
+            echo "no /etc/apt/sources.list.d/debian.sources or /etc/apt/sources.list to derive deb-src from"
+            false
+        fi
+        apt-get update -qq || { rm -f "$srclist"; false; }
+    fi &&
+    # (set -e does not apply inside a block whose status is tested: chain every step)
+    apt-get update -qq &&
+    apt-get install -y -qq --no-install-recommends dpkg-dev build-essential &&
+    apt-get build-dep -y -qq "systemd=$version" &&
+    cd "$work" &&
+    { [ -d src ] || { apt-get source -qq "systemd=$version" && mv "$(find . -maxdepth 1 -type d -name 'systemd-*' | head -1)" src; }; }
 } >"$log" 2>&1 || { tail -30 "$log" >&2; die "could not get systemd $version's source and build dependencies (log $log)"; }
 cd "$work/src"
 f=src/libsystemd/sd-bus/sd-bus.c
@@ -134,19 +145,19 @@ assert n == 1, "wrap-around call not found in bus_seal_message"
 open(p, 'w').write(s.replace(body, new))
 PY
 fi
+# Debian's own configuration: debian/rules' dh_auto_configure step (its meson options and
+# dpkg-buildflags, build directory obj-<host triplet>), then only the one library.
+builddir=obj-$(dpkg-architecture -qDEB_HOST_GNU_TYPE)
 {
-    if [ ! -f build/build.ninja ]; then
-        # Debian's own configure options: reuse debian/rules' meson invocation for the deb build
-        opts=$(make -s -f debian/rules -pn 2>/dev/null | sed -n 's/^CONFFLAGS *[:+]\?= *//p' | tr '\n' ' ')
-        # shellcheck disable=SC2086
-        meson setup build --prefix=/usr --libdir=lib/x86_64-linux-gnu --buildtype=plain $opts \
-            -Dmode=release -Dversion-tag="$version"
-    fi
-    ninja -C build src/shared/libsystemd-shared-252.so
+    # (run on its own, the step lacks the sequencer's `dh $@ --buildsystem=meson`: DH_OPTIONS)
+    { [ -f "$builddir/build.ninja" ] || DH_OPTIONS=--buildsystem=meson debian/rules override_dh_auto_configure; } &&
+    # ninja inside debian/rules' make environment: its link flags need the variables that
+    # rules exports (package notes: DEB_SOURCE_PACKAGE_NAME, DEBUGINFOD_URLS, ...)
+    printf 'pleg-guard-test-build:\n\tninja -C %s src/shared/libsystemd-shared-252.so\n' "$builddir" >"$work/build.mk" &&
+    make -f debian/rules -f "$work/build.mk" pleg-guard-test-build
 } >>"$log" 2>&1 || { tail -30 "$log" >&2; die "building libsystemd-shared failed (log $log)"; }
-built=build/src/shared/libsystemd-shared-252.so
-[ -f "$built" ] || built=build/libsystemd-shared-252.so
-[ -f "$built" ] || die "no libsystemd-shared-252.so in $work/src/build"
+built=$builddir/src/shared/libsystemd-shared-252.so
+[ -f "$built" ] || die "no libsystemd-shared-252.so in $work/src/$builddir"
 syms() { nm -D --defined-only "$1" | awk '{print $NF}' | sort -u; }
 if ! diff <(syms "$ORIG") <(syms "$built") >"$work/symbols.diff"; then
     die "exported symbols of the source build differ from the original (see $work/symbols.diff)"

@@ -3,9 +3,10 @@
 # everything is already there). Installs the packages, makes sure dockerd answers, imports the
 # busybox image, removes what killed test runs left behind, and builds (once) the bed root
 # filesystem per Debian suite asked for (default bookworm; `prepare.sh bookworm bullseye trixie`
-# builds them in parallel). The last line printed is ROOTFS=<path of the first suite's rootfs>;
-# bookworm's path is also written to /var/cache/pleg-guard-test/current-rootfs, another suite's
-# to current-rootfs-<suite>.
+# builds them in parallel) and, with bookworm, (once) the affected libsystemd of systemd#11809
+# (affected-libsystemd.sh; printed as AFFECTED_LIBSYSTEMD=<path>). The last line printed is
+# ROOTFS=<path of the first suite's rootfs>; bookworm's path is also written to
+# /var/cache/pleg-guard-test/current-rootfs, another suite's to current-rootfs-<suite>.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -197,6 +198,30 @@ for suite in "${SUITES[@]}"; do
     if [ "$suite" = bookworm ]; then echo "$rootfs" > "$CACHE/current-rootfs"; else echo "$rootfs" > "$CACHE/current-rootfs-$suite"; fi
     echo "ROOTFS_$suite=$rootfs"
 done
+# --- affected libsystemd (systemd#11809) ------------------------------------------------------------
+# The pre-v242 sd-bus that affected beds bind over PID 1's libsystemd-shared-252.so (cached; a
+# checked byte patch for bookworm's build, a source build otherwise). Under CI=true it must exist:
+# the affected-bed tests never run against a fixed PID 1. Only with bookworm (the library is
+# bookworm's 252).
+if [[ " ${SUITES[*]} " == *" bookworm "* ]]; then
+    ROOTFS=$(rootfs_path bookworm)
+    step_start affected-lib
+    AFFECTED=""
+    if out=$("$HERE/affected-libsystemd.sh" "$ROOTFS" 2>&1); then
+        AFFECTED=$(echo "$out" | sed -n 's/^AFFECTED_LIBSYSTEMD=//p' | tail -1)
+        step_done "$(echo "$out" | grep -v '^AFFECTED_LIBSYSTEMD=' | tail -1 | cut -c1-44)"
+    else
+        echo "$out" >&2
+        step_done "FAILED"
+    fi
+    if [ -z "$AFFECTED" ]; then
+        case "${CI:-}" in
+            true|TRUE|True|1|yes) die "no affected libsystemd-shared-252.so for $ROOTFS (affected-libsystemd.sh above); required under CI=true" ;;
+            *) echo "prepare: WARNING: no affected libsystemd; affected-bed tests will be SKIPPED" >&2 ;;
+        esac
+    fi
+    echo "AFFECTED_LIBSYSTEMD=$AFFECTED"
+fi
 awk -v a="$T0" -v b="$(date +%s.%N)" 'BEGIN{printf "prepare: total %.1fs\n", b-a}'
 # the last line names the first suite's rootfs (tests/support reads it)
 echo "ROOTFS=$(rootfs_path "${SUITES[0]}")"

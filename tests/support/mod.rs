@@ -37,6 +37,16 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value};
 
+mod affected_bed;
+mod bus_client;
+mod pid1_serial;
+#[allow(unused_imports)]
+pub use affected_bed::*;
+#[allow(unused_imports)]
+pub use bus_client::*;
+#[allow(unused_imports)]
+pub use pid1_serial::*;
+
 /// The busybox image that prepare.sh imports into the host's docker.
 pub const IMAGE: &str = "pleg-guard-test/busybox:latest";
 /// Lock file that serialises docker-touching tests across test binaries.
@@ -215,6 +225,9 @@ pub struct BedEnv {
     pub prepare_log: String,
     /// How long prepare.sh took in this process.
     pub prepare_time: Duration,
+    /// The affected copy of libsystemd-shared-252.so (pre-v242 sd-bus, systemd#11809) that
+    /// prepare.sh made (`AFFECTED_LIBSYSTEMD=`); None when it could not (never under CI=true).
+    pub affected_libsystemd: Option<PathBuf>,
 }
 
 static PREPARED: OnceLock<Result<BedEnv, String>> = OnceLock::new();
@@ -309,11 +322,18 @@ fn prepare_suites(suites: &[&str]) -> Result<BedEnv, String> {
             rootfs.display()
         ));
     }
+    let affected_libsystemd = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("AFFECTED_LIBSYSTEMD="))
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from);
     eprintln!("{log}");
     Ok(BedEnv {
         rootfs,
         prepare_log: log,
         prepare_time: start.elapsed(),
+        affected_libsystemd,
     })
 }
 
@@ -365,6 +385,9 @@ pub struct BedOptions {
     pub pleg_guard_binary: Option<PathBuf>,
     /// Further `--bind=HOST:BED` mounts.
     pub extra_binds: Vec<(PathBuf, String)>,
+    /// PID 1 runs the affected (pre-v242) sd-bus: `env.affected_libsystemd` bound read-only over
+    /// libsystemd-shared-252.so, checked at boot (see `affected_bed.rs`).
+    pub affected_systemd: bool,
 }
 
 impl BedOptions {
@@ -397,6 +420,8 @@ pub struct Bed {
     pub boot_time: Duration,
     /// What `systemctl is-system-running` said when boot finished.
     pub boot_state: String,
+    /// PID 1 runs the affected sd-bus (proved at boot).
+    pub affected_systemd: bool,
     nspawn: Mutex<Option<Child>>,
     pid1: u32,
     console_log: PathBuf,
@@ -439,6 +464,14 @@ impl Bed {
         for (h, b) in &opts.extra_binds {
             cmd.arg(format!("--bind={}:{b}", h.display()));
         }
+        let affected_lib = opts.affected_systemd.then(|| {
+            env.affected_libsystemd.clone().unwrap_or_else(|| {
+                panic!("BedOptions.affected_systemd without an affected library: use require_affected_bed()")
+            })
+        });
+        if let Some(lib) = &affected_lib {
+            cmd.arg(format!("--bind-ro={}:{LIBSYSTEMD_SHARED}", lib.display()));
+        }
         cmd.stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
@@ -475,6 +508,7 @@ impl Bed {
             name,
             boot_time: Duration::ZERO,
             boot_state: String::new(),
+            affected_systemd: affected_lib.is_some(),
             nspawn: Mutex::new(Some(child)),
             pid1,
             console_log,
@@ -506,6 +540,12 @@ impl Bed {
         }
         bed.boot_time = start.elapsed();
         bed.boot_state = last;
+        if let Some(lib) = &affected_lib {
+            match verify_pid1_maps(bed.pid1, lib) {
+                Ok(summary) => eprintln!("bed {}: {summary}", bed.name),
+                Err(e) => panic!("bed {}: not an affected bed: {e}", bed.name),
+            }
+        }
         if bed.boot_state == "degraded" {
             eprintln!(
                 "bed {}: booted degraded:\n{}",

@@ -1,0 +1,389 @@
+//! The daemon: a probe round every `interval`, diagnosis, the ladder, one action at a time,
+//! the settle check, and the reports — wired together, with signals and the watchdog.
+//!
+//! ```text
+//!            ┌──────── round (bounded by probe.timeout) ────────┐
+//!  tick ──▶  probe ─▶ diagnosis ─▶ settle check ─▶ ladder ─▶ act? ─▶ status.json, STATUS=
+//!              │                                             │
+//!        SystemdWatch (verdict, evidence,        ActionRunner (ledger before act; the action
+//!        serial forecast)                        runs as a task; its end is another event)
+//! ```
+//!
+//! This file is the loop and the wiring; [`runner`] owns the ledger and an action's life,
+//! [`crate::systemd_watch`] what is known of systemd, [`crate::assessment`] the status line and the
+//! snapshot. The loop also wakes for the watchdog (`WATCHDOG=1` only from here, so a stuck
+//! loop is killed by systemd), SIGHUP (reload) and SIGTERM/SIGINT (stop at once, abandoning
+//! any call in flight; the ledger already holds a started action).
+
+pub mod runner;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::time::{Instant, MissedTickBehavior};
+
+use crate::action::{ActionContext, ActionKind, ActionReport, RealExecutor};
+use crate::assessment::{self, Assessment};
+use crate::config::{self, Config, Mode};
+use crate::diagnosis::{Diagnosis, FindingId, Severity, Transition};
+use crate::ladder::{self, Decision};
+use crate::probe::{self, Prober, Round};
+use crate::report::event::EventKind;
+use crate::report::journal::{Event, emit};
+use crate::report::notify;
+use crate::report::status_file::{self, Snapshot};
+
+use crate::systemd_watch::SystemdWatch;
+use runner::{ActionRunner, join};
+
+/// How many past action runs status.json lists.
+const RECENT_ACTIONS: usize = 10;
+
+/// The daemon's state between rounds.
+pub struct Daemon {
+    config: Config,
+    config_path: Option<PathBuf>,
+    dry_run: bool,
+    prober: Prober,
+    diagnosis: Diagnosis,
+    runner: ActionRunner,
+    systemd: SystemdWatch,
+    started: Instant,
+    package_version: Option<String>,
+    /// The serial forecast asks for a planned reexec now.
+    preempt_due: bool,
+    last_round: Option<Round>,
+    /// The last decision text, for the status line.
+    next_step: Option<String>,
+}
+
+impl Daemon {
+    /// Set up from a loaded configuration; reads the ledger and this boot's bus-bug proof
+    /// (logging a problem with either).
+    pub fn new(config: Config, config_path: Option<PathBuf>, dry_run: bool) -> Self {
+        Daemon {
+            prober: daemon_prober(&config),
+            diagnosis: Diagnosis::new(config.probe.unhealthy_after.get()),
+            runner: ActionRunner::open(&config.state_directory, Arc::new(RealExecutor)),
+            systemd: SystemdWatch::new(&config.state_directory),
+            started: Instant::now(),
+            package_version: None,
+            preempt_due: false,
+            last_round: None,
+            next_step: None,
+            config,
+            config_path,
+            dry_run,
+        }
+    }
+
+    fn mode(&self) -> Mode {
+        if self.dry_run {
+            Mode::Observe
+        } else {
+            self.config.mode
+        }
+    }
+
+    /// Run until SIGTERM/SIGINT. `Ok` on a clean stop.
+    pub async fn run(mut self) -> anyhow::Result<()> {
+        let mut sigterm = signal(SignalKind::terminate())?;
+        let mut sigint = signal(SignalKind::interrupt())?;
+        let mut sighup = signal(SignalKind::hangup())?;
+
+        if let Err(e) = std::fs::create_dir_all(&self.config.runtime_directory) {
+            tracing::warn!(
+                "cannot create {}: {e}; status.json will not be written",
+                self.config.runtime_directory.display()
+            );
+        }
+        tracing::info!(
+            mode = %self.mode(),
+            interval = %humantime::format_duration(self.config.interval),
+            "pleg-guard {} starting",
+            env!("CARGO_PKG_VERSION")
+        );
+
+        // The first round, then READY=1 (systemctl start returns once we have looked). The
+        // package database is asked alongside: it is the slowest part of starting.
+        let timeout = self.config.probe.timeout;
+        tokio::select! {
+            (round, package) = async {
+                tokio::join!(self.prober.round(), probe::systemd::package_version(timeout))
+            } => {
+                self.package_version = package;
+                self.after_round(round).await
+            }
+            _ = sigterm.recv() => return Ok(()),
+            _ = sigint.recv() => return Ok(()),
+        }
+        notify::ready(&self.status_line());
+
+        let mut ticker =
+            tokio::time::interval_at(Instant::now() + self.config.interval, self.config.interval);
+        ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let watchdog = notify::watchdog_period().map(|p| p / 3);
+        if let Some(period) = notify::watchdog_period() {
+            // A round blocks the loop for up to probe.timeout; past half the watchdog period a
+            // merely hung probe could get a turning loop killed.
+            if self.config.probe.timeout * 2 >= period {
+                tracing::warn!(
+                    "probe.timeout ({}) is not well below the unit's WatchdogSec ({}): hung probes may trip the watchdog",
+                    humantime::format_duration(self.config.probe.timeout),
+                    humantime::format_duration(period)
+                );
+            }
+        }
+        let mut watchdog_ticker =
+            tokio::time::interval(watchdog.unwrap_or(Duration::from_secs(3600)));
+
+        loop {
+            // Biased: after a round that took a whole tick, the round ticker and the watchdog
+            // ticker are both ready; a random pick let the ticker win several times in a row
+            // while probes hung, and systemd killed a loop that was turning.
+            tokio::select! {
+                biased;
+                _ = sigterm.recv() => break,
+                _ = sigint.recv() => break,
+                _ = sighup.recv() => {
+                    if let Some(new_interval) = self.reload() {
+                        ticker = tokio::time::interval_at(Instant::now() + new_interval, new_interval);
+                        ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+                    }
+                }
+                _ = watchdog_ticker.tick(), if watchdog.is_some() => notify::watchdog(),
+                report = self.runner.next_report(), if self.runner.running() => {
+                    self.action_done(report).await;
+                }
+                _ = ticker.tick() => {
+                    tokio::select! {
+                        round = self.prober.round() => self.after_round(round).await,
+                        _ = sigterm.recv() => break,
+                        _ = sigint.recv() => break,
+                    }
+                }
+            }
+        }
+        notify::stopping();
+        tracing::info!("pleg-guard stopping");
+        Ok(())
+    }
+
+    /// Re-read the configuration. A bad one is logged and the old one kept. Returns the new
+    /// interval when it changed.
+    fn reload(&mut self) -> Option<Duration> {
+        notify::reloading();
+        let changed = match config::load(self.config_path.as_deref()) {
+            Err(e) => {
+                tracing::error!("reload: configuration not used, keeping the running one: {e}");
+                None
+            }
+            Ok(loaded) => {
+                let new = loaded.config;
+                let interval_changed =
+                    (new.interval != self.config.interval).then_some(new.interval);
+                if new.state_directory != self.config.state_directory {
+                    self.runner.move_to(&new.state_directory);
+                    self.systemd.move_to(&new.state_directory);
+                }
+                self.prober = daemon_prober(&new);
+                self.diagnosis
+                    .set_unhealthy_after(new.probe.unhealthy_after.get());
+                self.config = new;
+                tracing::info!(mode = %self.mode(), "reload: new configuration takes effect at the next round");
+                interval_changed
+            }
+        };
+        notify::ready(&self.status_line());
+        changed
+    }
+
+    /// Everything that follows a probe round.
+    async fn after_round(&mut self, round: Round) {
+        let now = SystemTime::now();
+        let outlook = self.systemd.observe(
+            &round,
+            self.started.elapsed(),
+            self.package_version.as_deref(),
+            &self.config,
+        );
+        self.preempt_due = outlook.preempt_due;
+        self.diagnosis.set_serial_exhaustion(outlook.exhaustion);
+        let (transitions, new_findings) =
+            self.diagnosis.update(&round, self.systemd.verdict(), now);
+        for t in transitions {
+            self.log_transition(&round, t);
+        }
+        for f in &new_findings {
+            let message = format!("{}: {}. Seen: {}", f.id, f.id.explanation(), f.detail);
+            emit(&Event {
+                kind: EventKind::Finding,
+                target: Some(f.target),
+                action: None,
+                finding: Some(f.id),
+                message: &message,
+            });
+        }
+        self.systemd.remember_wedge(self.diagnosis.findings());
+        self.last_round = Some(round);
+        let diagnosis = &self.diagnosis;
+        self.runner.check_settled(|id| diagnosis.has(id));
+        self.climb_ladder();
+        self.publish();
+    }
+
+    /// One journal entry for a target's change of health.
+    fn log_transition(&self, round: &Round, t: Transition) {
+        let (kind, target) = match t {
+            Transition::Unhealthy(t) => (EventKind::TargetUnhealthy, t),
+            Transition::Recovered(t) => (EventKind::TargetRecovered, t),
+        };
+        let detail = round
+            .get(target)
+            .map(|o| format!("{} ({})", o.state, o.detail))
+            .unwrap_or_default();
+        let message = match kind {
+            EventKind::TargetUnhealthy => format!(
+                "{target} unhealthy after {} failed rounds: {detail}",
+                self.config.probe.unhealthy_after
+            ),
+            _ => format!("{target} recovered: {detail}"),
+        };
+        emit(&Event {
+            kind,
+            target: Some(target),
+            action: None,
+            finding: None,
+            message: &message,
+        });
+    }
+
+    /// Ask the ladder, log what it holds back, start what it chooses.
+    fn climb_ladder(&mut self) {
+        let findings: Vec<FindingId> = self.diagnosis.findings().iter().map(|f| f.id).collect();
+        let in_grace = self.started.elapsed() < self.config.startup_grace;
+        let decisions = ladder::decide(&ladder::Context {
+            now: SystemTime::now(),
+            mode: self.mode(),
+            in_startup_grace: in_grace,
+            busy: self.runner.busy(),
+            findings: &findings,
+            systemd_affected: self.systemd.status().affected,
+            serial_preempt_due: self.preempt_due,
+            actions: &self.config.actions,
+            ledger: self.runner.ledger(),
+        });
+        self.runner.forget_notes(&findings);
+        self.next_step = (in_grace && findings.iter().any(|f| f.severity() == Severity::Problem))
+            .then(|| "no action during startup grace".to_owned());
+
+        for d in decisions {
+            match d {
+                Decision::Act { action, aimed_at } => {
+                    let why = self.systemd.planned_because(&aimed_at, &self.config);
+                    // A failure to start is logged by the runner (no ledger, no action).
+                    let _ =
+                        self.runner
+                            .start(action, aimed_at, &why, ActionContext::of(&self.config));
+                }
+                Decision::Suppressed {
+                    action,
+                    aimed_at,
+                    next_allowed_at,
+                } => {
+                    let when = humantime::format_rfc3339_seconds(next_allowed_at);
+                    let message = format!(
+                        "{action} held back by its rate limit (for {}); next run allowed at {when}",
+                        join(&aimed_at)
+                    );
+                    self.next_step = Some(format!("{action} suppressed until {when}"));
+                    self.runner
+                        .note(EventKind::ActionSuppressed, action, &aimed_at, message);
+                }
+                Decision::Skipped {
+                    action,
+                    aimed_at,
+                    reason,
+                } => {
+                    let message = format!(
+                        "{action} not run (for {}): {reason}{}",
+                        join(&aimed_at),
+                        self.systemd.planned_because(&aimed_at, &self.config)
+                    );
+                    self.next_step = Some(format!("{action} skipped: {reason}"));
+                    self.runner
+                        .note(EventKind::ActionSkipped, action, &aimed_at, message);
+                }
+            }
+        }
+    }
+
+    /// The running action ended.
+    async fn action_done(&mut self, report: ActionReport) {
+        let Some(kind) = self.runner.running_action() else {
+            return;
+        };
+        let settle = kind.config(&self.config.actions).settle;
+        let finished = self.runner.finish(report, settle);
+        if let Some(f) = finished.filter(|f| f.succeeded) {
+            match f.action {
+                ActionKind::RestartKubelet => {
+                    self.prober.ignore_kubelet_logs_before(SystemTime::now())
+                }
+                ActionKind::DaemonReexec => {
+                    self.package_version = self.prober.package_version().await
+                }
+                ActionKind::PurgeDeadContainers => {}
+            }
+        }
+        self.publish();
+    }
+
+    /// The assessment of the current state.
+    fn assessment(&self) -> Assessment<'_> {
+        Assessment {
+            mode: self.mode(),
+            round: self.last_round.as_ref(),
+            findings: self.diagnosis.findings(),
+            degraded: self.diagnosis.degraded(),
+            systemd: self.systemd.status(),
+            activity: self.runner.activity(),
+            next_step: self.next_step.as_deref(),
+        }
+    }
+
+    /// The `STATUS=` line.
+    fn status_line(&self) -> String {
+        self.assessment().status_line()
+    }
+
+    /// Write status.json and the STATUS= line.
+    fn publish(&self) {
+        let assessment = self.assessment();
+        notify::status(&assessment.status_line());
+        let snapshot = self.snapshot(&assessment);
+        if let Err(e) = status_file::write(&self.config.runtime_directory, &snapshot) {
+            tracing::debug!("status.json: {e}");
+        }
+    }
+
+    fn snapshot(&self, assessment: &Assessment<'_>) -> Snapshot {
+        let now = SystemTime::now();
+        assessment.snapshot(assessment::Context {
+            pid: Some(std::process::id()),
+            interval: self.config.interval,
+            at: Some(now),
+            actions: self.runner.recent(RECENT_ACTIONS),
+            budget: self.runner.budgets(&self.config.actions, now),
+        })
+    }
+}
+
+/// The daemon's probes: like `diagnose`'s, but following kubelet's journal continuously.
+fn daemon_prober(config: &Config) -> Prober {
+    let mut p = Prober::new(config);
+    p.follow_kubelet_journal();
+    p
+}

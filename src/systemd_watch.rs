@@ -1,0 +1,309 @@
+//! What the daemon knows of the running systemd across rounds: its build and the version
+//! policy's verdict, this boot's evidence ([`crate::bug_evidence`]: a wedge seen, a serial
+//! wrapped), and PID 1's bus serials over time ([`crate::forecast`]), which give the
+//! `systemd-serial-exhaustion` input of the diagnosis and say when a planned reexec is due.
+
+use std::path::Path;
+use std::time::Duration;
+
+use crate::bug_evidence::{self, ProofFile, WedgeProof};
+use crate::config::{Config, ReexecWhen};
+use crate::diagnosis::{Finding, FindingId};
+use crate::forecast::{self, Change, Outlook, Sample, SerialTracker, Thresholds, Windows};
+use crate::probe::Round;
+use crate::report::status_file::SystemdStatus;
+use crate::systemd_version::{self, Verdict};
+use crate::target::Target;
+
+/// The serial forecast's word for this round.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SerialOutlook {
+    /// `Some(detail)` while `systemd-serial-exhaustion` stands.
+    pub exhaustion: Option<String>,
+    /// A planned reexec is due now.
+    pub preempt_due: bool,
+}
+
+/// systemd's build, verdict, evidence and serial forecast.
+pub struct SystemdWatch {
+    /// Save proofs (the daemon) or only read them (`diagnose`).
+    persist: bool,
+    status: SystemdStatus,
+    /// The version policy's verdict.
+    verdict: Option<Verdict>,
+    /// The same weighed against this boot's evidence.
+    weighed: Option<Verdict>,
+    serials: SerialTracker,
+    proof_file: ProofFile,
+    boot_id: Option<String>,
+    proof: Option<WedgeProof>,
+}
+
+impl SystemdWatch {
+    /// Start watching; loads this boot's proof from `state_directory` and saves a new one
+    /// there.
+    pub fn new(state_directory: &Path) -> Self {
+        Self::open(state_directory, true)
+    }
+
+    /// The same, but never writing (for `diagnose`).
+    pub fn read_only(state_directory: &Path) -> Self {
+        Self::open(state_directory, false)
+    }
+
+    fn open(state_directory: &Path, persist: bool) -> Self {
+        let boot_id = bug_evidence::boot_id();
+        let proof_file = ProofFile::new(state_directory);
+        let proof = load_proof(&proof_file, boot_id.as_deref());
+        SystemdWatch {
+            persist,
+            status: SystemdStatus::default(),
+            verdict: None,
+            weighed: None,
+            serials: SerialTracker::new(Windows::default()),
+            proof_file,
+            boot_id,
+            proof,
+        }
+    }
+
+    /// Keep the proof in another state directory (a reload changed it); a proof already held
+    /// is kept.
+    pub fn move_to(&mut self, state_directory: &Path) {
+        self.proof_file = ProofFile::new(state_directory);
+        if let Some(p) = load_proof(&self.proof_file, self.boot_id.as_deref()) {
+            self.proof = Some(p);
+        }
+    }
+
+    /// What is known, for the status.
+    pub fn status(&self) -> &SystemdStatus {
+        &self.status
+    }
+
+    /// The verdict weighed against this boot's evidence (None before the first round).
+    pub fn verdict(&self) -> Option<&Verdict> {
+        self.weighed.as_ref()
+    }
+
+    /// Take in a round: the serial (at `at`, monotonic), the version, the verdict weighed
+    /// against the evidence; then the forecast's outlook under `config`.
+    pub fn observe(
+        &mut self,
+        round: &Round,
+        at: Duration,
+        package_version: Option<&str>,
+        config: &Config,
+    ) -> SerialOutlook {
+        self.track_bus_serial(round, at);
+        let manager = round
+            .get(Target::Systemd)
+            .and_then(|o| o.facts.systemd_version.clone());
+        // PID 1 not answering this round keeps what we knew.
+        if manager.is_some() || self.verdict.is_none() {
+            let (build, policy) = systemd_version::identify(
+                manager.as_deref(),
+                package_version,
+                &config.systemd.fixed_builds,
+            );
+            self.status.version = build.map(|b| b.to_string());
+            self.verdict = Some(policy);
+        }
+        self.weigh_evidence();
+        self.outlook(config)
+    }
+
+    /// A `systemd-bus-wedge` among `findings` is the bug's own signature: remember it for this
+    /// boot (once; saved in the state directory unless read-only).
+    pub fn remember_wedge(&mut self, findings: &[Finding]) {
+        if self.proof.is_some() {
+            return;
+        }
+        let Some(wedge) = findings.iter().find(|f| f.id == FindingId::SystemdBusWedge) else {
+            return;
+        };
+        let proof = WedgeProof {
+            boot_id: self.boot_id.clone().unwrap_or_default(),
+            seen_at: wedge.since,
+            systemd_version: self.status.version.clone(),
+            detail: wedge.detail.clone(),
+        };
+        if self.persist {
+            match self.proof_file.save(&proof) {
+                Ok(()) => tracing::info!(
+                    "systemd-bus-wedge seen: this systemd build ({}) carries the bus bug, whatever its version says; remembered for this boot in {}",
+                    proof
+                        .systemd_version
+                        .as_deref()
+                        .unwrap_or("version unknown"),
+                    self.proof_file.path().display()
+                ),
+                Err(e) => tracing::warn!(
+                    "systemd-bus-wedge seen: this build carries the bus bug; the proof could not be saved ({e}), it is kept until pleg-guard stops"
+                ),
+            }
+        }
+        self.proof = Some(proof);
+        self.weigh_evidence();
+    }
+
+    /// For a planned reexec (aimed at `systemd-serial-exhaustion`): why now, with the numbers.
+    pub fn planned_because(&self, aimed_at: &[FindingId], config: &Config) -> String {
+        if !aimed_at.contains(&FindingId::SystemdSerialExhaustion) {
+            return String::new();
+        }
+        self.serials.forecast().map_or(String::new(), |f| {
+            format!(
+                " (planned, before PID 1 runs out of bus serials: {})",
+                forecast::explain(&f, &Thresholds::of(config))
+            )
+        })
+    }
+
+    /// Feed the serial of PID 1's reply on the bus into the forecast.
+    fn track_bus_serial(&mut self, round: &Round, at: Duration) {
+        let Some(serial) = round.get(Target::Systemd).and_then(|o| o.facts.bus_serial) else {
+            return;
+        };
+        match self.serials.observe(Sample { at, serial }) {
+            Change::Restarted { from } => tracing::info!(
+                "PID 1's bus serial dropped from {from} to {serial}: PID 1 re-executed or restarted; forecast starts afresh"
+            ),
+            Change::Wrapped { from } => tracing::info!(
+                "PID 1's bus serial wrapped from {from} to {serial}: this sd-bus is fixed (it continues at 2^31)"
+            ),
+            Change::Continued | Change::Ignored => {}
+        }
+        self.status.set_forecast(self.serials.forecast().as_ref());
+    }
+
+    /// The version policy's verdict weighed against this boot's evidence.
+    fn weigh_evidence(&mut self) {
+        let Some(policy) = self.verdict.clone() else {
+            return;
+        };
+        let wrapped = self.serials.forecast().is_some_and(|f| f.wraps);
+        let weighed = bug_evidence::weigh(policy, self.proof.as_ref(), wrapped);
+        self.status.affected = weighed.verdict.is_affected();
+        self.status.reason = weighed.verdict.reason().to_owned();
+        self.status.evidence = weighed.evidence;
+        self.status.bus_wedge_seen_at = self.proof.as_ref().map(|p| p.seen_at);
+        self.weighed = Some(weighed.verdict);
+    }
+
+    /// The serial forecast's outlook.
+    fn outlook(&self, config: &Config) -> SerialOutlook {
+        let thresholds = Thresholds::of(config);
+        let affected =
+            self.status.affected || config.actions.daemon_reexec_when == ReexecWhen::Always;
+        let (outlook, detail) = match self.serials.forecast() {
+            Some(f) => (
+                Outlook::of(&f, affected, &thresholds),
+                forecast::explain(&f, &thresholds),
+            ),
+            None => (Outlook::Calm, String::new()),
+        };
+        SerialOutlook {
+            exhaustion: (outlook != Outlook::Calm).then_some(detail),
+            preempt_due: outlook == Outlook::Preempt,
+        }
+    }
+}
+
+/// This boot's proof from the state directory, logging a problem with it.
+fn load_proof(file: &ProofFile, boot_id: Option<&str>) -> Option<WedgeProof> {
+    let boot_id = boot_id?;
+    match file.load(boot_id) {
+        Ok(proof) => proof,
+        Err(e) => {
+            tracing::error!("bus-bug proof: {e}");
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::SystemTime;
+
+    use super::*;
+    use crate::target::{Facts, Observation, TargetState};
+
+    fn round(serial: u32, version: Option<&str>) -> Round {
+        Round {
+            at: SystemTime::UNIX_EPOCH,
+            observations: vec![Observation {
+                target: Target::Systemd,
+                state: TargetState::Ok,
+                latency: Duration::from_millis(1),
+                detail: String::new(),
+                facts: Facts {
+                    bus_serial: Some(serial),
+                    systemd_version: version.map(str::to_owned),
+                    ..Facts::default()
+                },
+            }],
+        }
+    }
+
+    fn dir(tag: &str) -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("pg-watch-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        d
+    }
+
+    #[test]
+    fn a_fixed_version_near_the_end_is_calm_unless_always() {
+        let d = dir("calm");
+        let mut w = SystemdWatch::new(&d);
+        let mut config = Config::default();
+        let o = w.observe(
+            &round(u32::MAX - 1000, Some("252.39-1~deb12u2")),
+            Duration::ZERO,
+            None,
+            &config,
+        );
+        assert_eq!(
+            o,
+            SerialOutlook {
+                exhaustion: None,
+                preempt_due: false
+            }
+        );
+        assert!(!w.status().affected);
+        config.actions.daemon_reexec_when = ReexecWhen::Always;
+        let o = w.observe(
+            &round(u32::MAX - 990, Some("252.39-1~deb12u2")),
+            Duration::from_secs(1),
+            None,
+            &config,
+        );
+        assert!(o.preempt_due, "1000 left < headroom 2e7: {o:?}");
+        assert!(o.exhaustion.is_some_and(|d| d.contains("preempt_headroom")));
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn an_affected_version_warns_and_preempts_on_headroom() {
+        let d = dir("affected");
+        let mut w = SystemdWatch::new(&d);
+        let o = w.observe(
+            &round(u32::MAX - 1000, Some("219")),
+            Duration::ZERO,
+            None,
+            &Config::default(),
+        );
+        assert!(w.status().affected);
+        assert!(o.preempt_due);
+        let why = w.planned_because(&[FindingId::SystemdSerialExhaustion], &Config::default());
+        assert!(
+            why.contains("planned") && why.contains("1000 serials left"),
+            "{why}"
+        );
+        assert_eq!(
+            w.planned_because(&[FindingId::SystemdBusWedge], &Config::default()),
+            ""
+        );
+        let _ = std::fs::remove_dir_all(&d);
+    }
+}

@@ -1,0 +1,68 @@
+//! Rules of the code's layout that a compiler does not check for a binary crate (its
+//! `missing_docs` lint sees nothing exported): every module says what it is for in a `//!`
+//! doc, and nothing in `src/` uses `unsafe` (the `nix` crate's safe wrappers instead).
+
+use std::path::{Path, PathBuf};
+
+fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        panic!("cannot read {}", dir.display())
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            sources(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+fn all_sources() -> Vec<(PathBuf, String)> {
+    let mut files = Vec::new();
+    sources(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+        &mut files,
+    );
+    assert!(files.len() > 20, "found only {files:?}");
+    files
+        .into_iter()
+        .map(|p| {
+            let text =
+                std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            (p, text)
+        })
+        .collect()
+}
+
+#[test]
+fn every_module_has_a_doc_comment() {
+    let missing: Vec<String> = all_sources()
+        .into_iter()
+        // generated code is documented by the module that includes it
+        .filter(|(_, text)| !text.starts_with("// @generated"))
+        .filter(|(_, text)| !text.starts_with("//!"))
+        .map(|(p, _)| p.display().to_string())
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "modules without a //! doc: {missing:#?}"
+    );
+}
+
+#[test]
+fn no_unsafe_in_the_daemon() {
+    let offenders: Vec<String> = all_sources()
+        .into_iter()
+        .filter(|(_, text)| {
+            text.lines()
+                .map(str::trim_start)
+                .filter(|l| !l.starts_with("//"))
+                .any(|l| {
+                    l.contains("unsafe {") || l.contains("unsafe fn") || l.contains("unsafe impl")
+                })
+        })
+        .map(|(p, _)| p.display().to_string())
+        .collect();
+    assert!(offenders.is_empty(), "unsafe code in: {offenders:#?}");
+}
