@@ -1,6 +1,5 @@
 #!/bin/bash
-# Build the Debian package: target/<host triple>/debian/pleg-guard_<version>-1_<arch>.deb
-# (path printed last).
+# Build the Debian package: target/debian/pleg-guard_<version>-1_<arch>.deb (path printed last).
 #
 #   packaging/build-deb.sh [cargo-deb options...]    e.g. --deb-version 0.1.1-1  --output DIR
 #
