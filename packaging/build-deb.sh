@@ -3,15 +3,35 @@
 #
 #   packaging/build-deb.sh [cargo-deb options...]    e.g. --deb-version 0.1.1-1  --output DIR
 #
-# Installs cargo-deb if missing, builds the release binary, generates the man page and the
-# completions (packaging/gen-assets.sh), then packages without rebuilding.
+# Installs cargo-deb if missing; builds the binary against glibc 2.17 with cargo-zigbuild and
+# generates the man page and completions (packaging/gen-assets.sh); packages without rebuilding,
+# xz-compressed (dpkg 1.18 reads it: Debian 10, Ubuntu 18.04). Depends (Cargo.toml) is fixed
+# text, not dpkg-shlibdeps' view from the build host: `libc6 (>= 2.17)` and no libgcc-s1 (which
+# Debian 10 and Ubuntu 18.04 lack). This script checks it against the binary it packages: the
+# libc6 version must be the binary's highest GLIBC_ symbol version, and a binary that links
+# libgcc_s needs a libgcc dependency the line does not have.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 if ! cargo deb --version >/dev/null 2>&1; then
     echo "build-deb: installing cargo-deb (cargo install --locked cargo-deb)" >&2
-    cargo install --locked cargo-deb
+    cargo install --locked cargo-deb >&2
 fi
-packaging/gen-assets.sh
-# --no-build: gen-assets.sh built it; the binary is already stripped (profile.release).
-cargo deb --no-build --locked "$@"
+BIN=$(packaging/gen-assets.sh | tail -n 1)
+TRIPLE=$(rustc -vV | sed -n 's/^host: //p')
+
+glibc=$(objdump -T "$BIN" | grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/^GLIBC_//' | sort -uV | tail -n 1)
+depends=$(sed -n 's/^depends = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
+case "$depends" in
+    *"libc6 (>= $glibc)"*) ;;
+    *) echo "build-deb: Cargo.toml's Depends \"$depends\" does not say libc6 (>= $glibc), what $BIN needs" >&2; exit 1 ;;
+esac
+if readelf -d "$BIN" | grep -q '\[libgcc_s\.so\.1\]' && [[ $depends != *libgcc1* ]]; then
+    echo "build-deb: $BIN links libgcc_s: add \"libgcc-s1 | libgcc1\" to Depends in Cargo.toml" >&2
+    exit 1
+fi
+
+# --no-build: gen-assets.sh built it; --no-strip: it is stripped already (profile.release), and
+# the .deb and the .rpm carry the same bytes. --target maps the `target/release/` asset paths
+# to target/<triple>/release/.
+cargo deb --no-build --no-strip --locked --target "$TRIPLE" --compress-type xz "$@"

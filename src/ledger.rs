@@ -620,7 +620,11 @@ mod tests {
         l.count(A, Outcome::Suppressed);
         l.count(ActionKind::RestartKubelet, Outcome::Skipped);
         l.prune(t(0) + DAY * 3, DAY);
-        assert_eq!(l.entries().len(), 1, "only each action's newest run is kept");
+        assert_eq!(
+            l.entries().len(),
+            1,
+            "only each action's newest run is kept"
+        );
         f.save(&l).unwrap();
         let back = f.load(t(0) + DAY * 3).ledger;
         let got: Vec<u64> = Outcome::ALL

@@ -8,6 +8,12 @@
 //! running manager's `Version` D-Bus property and the installed package version, and compares the
 //! distribution release against a list of known-fixed builds using rpm's version comparison.
 //!
+//! Checked for a backport besides RHEL (README, "Supported distributions"): Ubuntu 18.04
+//! (`237-3ubuntu10.*`) and Debian 10 (`241-7~deb10u*`): no backport found, so no rule, and both
+//! stay affected. Amazon Linux 2: `219-57.amzn2.0.12`'s changelog has no backport; the later
+//! `219-78.amzn2.0.x` rebuilds of RHEL 7.9 could not be placed, so RHEL's rules do not apply to
+//! `.amzn` releases ([`UNPLACED_RELEASE_TAGS`]) and they stay affected unless a rule names one.
+//!
 //! Everything here is pure: no I/O, no panics on any input.
 
 use std::cmp::Ordering;
@@ -26,6 +32,13 @@ pub const FIXED_UPSTREAM: u32 = 242;
 /// * `219-65`: RHEL/CentOS 7.7 and later (`219-67.el7`, `219-73.el7_8.5`, `219-78.el7_9.9`, …).
 /// * `239-16`: RHEL 8 (`239-58.el8`, `239-68.el8_7.4`, …).
 pub const DEFAULT_FIXED_BUILDS: &[&str] = &["219-62.el7_6.8", "219-65", "239-16"];
+
+/// Release tags of distributions that rebuild RHEL's systemd under the same version and release
+/// numbers but whose changelogs could not be checked for the backport: a build whose release
+/// carries such a tag matches only rules that carry it too (say `219-78.amzn2.0.22`), never a
+/// plain RHEL rule such as `219-65`. So Amazon Linux 2's `219-78.amzn2.0.x` stays affected until
+/// a build is known to be fixed.
+pub const UNPLACED_RELEASE_TAGS: &[&str] = &[".amzn"];
 
 /// Errors produced while parsing systemd versions or known-fixed build rules.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -411,6 +424,8 @@ pub fn rpmvercmp(a: &str, b: &str) -> Ordering {
 ///   `219-62.el7_6.8` matches `219-62.el7_6.10` but not `219-62.el7_6.7`, `219-62.el7` or
 ///   `219-30.el7_3.9`.
 /// * A build without a known release matches no rule.
+/// * A build whose release carries one of [`UNPLACED_RELEASE_TAGS`] (Amazon Linux 2's `.amzn`)
+///   matches only rules that carry the same tag.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub struct FixedBuild {
@@ -448,6 +463,12 @@ impl FixedBuild {
         let Some(release) = build.release.as_deref() else {
             return false;
         };
+        if UNPLACED_RELEASE_TAGS
+            .iter()
+            .any(|tag| release.contains(tag) && !self.release.contains(tag))
+        {
+            return false;
+        }
         match &self.stream {
             Some((prefix, rest)) => release
                 .strip_prefix(prefix.as_str())
@@ -1038,6 +1059,35 @@ mod tests {
                 reason: "version unknown".to_owned()
             }
         );
+    }
+
+    #[test]
+    fn old_distributions_without_a_placed_backport_stay_affected() {
+        let fixed = FixedBuild::defaults();
+        for pkg in [
+            "237-3ubuntu10.57",
+            "237-3ubuntu10",
+            "241-7~deb10u10",
+            "241-7~deb10u8",
+            "219-78.amzn2.0.22",
+            "219-57.amzn2.0.12",
+        ] {
+            let build = parse_package_version(pkg).unwrap();
+            let verdict = assess(Some(&build), &fixed);
+            assert!(verdict.is_affected(), "{pkg}: {verdict:?}");
+        }
+        // RHEL's own builds are unchanged
+        for pkg in ["219-78.el7_9.9", "219-65.el7", "239-58.el8"] {
+            let build = parse_package_version(pkg).unwrap();
+            assert!(!assess(Some(&build), &fixed).is_affected(), "{pkg}");
+        }
+        // a rule that names the tag places Amazon Linux builds
+        let amzn: FixedBuild = "219-78.amzn2.0.22".parse().unwrap();
+        let newer = parse_package_version("219-78.amzn2.0.23").unwrap();
+        let older = parse_package_version("219-78.amzn2.0.21").unwrap();
+        assert!(amzn.matches(&newer));
+        assert!(!amzn.matches(&older));
+        assert!(!assess(Some(&newer), &[amzn]).is_affected());
     }
 
     #[test]

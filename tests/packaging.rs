@@ -5,7 +5,13 @@
 //! `packaging/build-rpm.sh` (once per test process, into `target/packaging-test/`), unless
 //! `PLEG_GUARD_DEB` / `PLEG_GUARD_RPM` name ready-made files. A second .deb with a bumped
 //! version (`--deb-version <version>+upgrade`) is built for the upgrade test. Building needs
-//! cargo-deb / cargo-generate-rpm, which the scripts install when missing.
+//! cargo-deb / cargo-generate-rpm and the glibc 2.17 toolchain (cargo-zigbuild, zig), which the
+//! scripts install when missing.
+//!
+//! The packages must also suit the old distributions (RHEL/CentOS 7 and 8, Amazon Linux 2,
+//! Ubuntu 18.04, Debian 10): symbol versions, payload and requirements, Depends, the unit's
+//! filters and the allow-list drop-in's version check are read here; tests/old_distros.rs boots
+//! the .deb on Debian 11 and 13.
 //!
 //! The bed tests need root and the bed (`tests/bed/prepare.sh`): locally they are SKIPPED
 //! without it, under `CI=true` they fail.
@@ -214,6 +220,16 @@ fn deb_installs_upgrades_removes_and_purges_in_a_booted_bed() {
     }
     bed.sh_ok("test -d /etc/pleg-guard/config.d && test -z \"$(ls -A /etc/pleg-guard/config.d)\"");
     bed.sh_ok("test -d /var/lib/pleg-guard && test -d /run/pleg-guard");
+    // systemd 252 >= 239: the allow-list drop-in is linked and in force
+    assert_eq!(
+        bed.sh_ok("readlink /etc/systemd/system/pleg-guard.service.d/50-syscall-allowlist.conf"),
+        "/usr/lib/pleg-guard/syscall-allowlist.conf"
+    );
+    let filter = bed.unit_property(UNIT, "SystemCallFilter");
+    assert!(
+        !filter.starts_with('~') && filter.split_whitespace().any(|w| w == "kill"),
+        "SystemCallFilter: {filter}"
+    );
     // the unit's hardening is in force on the packaged daemon: no new privileges, and no
     // capability beyond CAP_SYS_ADMIN (bit 21) in its bounding set
     let pid = bed.unit_property(UNIT, "MainPID");
@@ -403,6 +419,8 @@ fn rpm_contents_config_flags_and_scriptlets() {
         "-rw-r--r-- root /usr/share/doc/pleg-guard/README.md",
         "-rw-r--r-- root /usr/share/licenses/pleg-guard/LICENSE",
         "-rw-r--r-- root /usr/share/pleg-guard/prometheus/pleg-guard.rules.yml",
+        "-rw-r--r-- root /usr/lib/pleg-guard/syscall-allowlist.conf",
+        "-rwxr-xr-x root /usr/lib/pleg-guard/syscall-allowlist",
     ];
     for e in expect {
         assert!(files.lines().any(|l| l == e), "rpm lacks `{e}`:\n{files}");
@@ -454,6 +472,9 @@ fn rpm_contents_config_flags_and_scriptlets() {
             || r.starts_with("ld-linux")
             || r.starts_with("libgcc_s.so.1")
             || r.starts_with("libm.so.6")
+            // glibc 2.17 (the build target) still has these apart from libc
+            || r.starts_with("libdl.so.2")
+            || r.starts_with("libpthread.so.0")
             || r.starts_with("config(pleg-guard)");
         assert!(ok, "unexpected Requires: {r}\n{requires}");
     }
@@ -550,6 +571,14 @@ fn rpm_scriptlets_succeed_without_systemd() {
         let text = text
             .replace("/etc/pleg-guard", &tmp.join("etc").display().to_string())
             .replace("/run/pleg-guard", &tmp.join("run").display().to_string())
+            .replace(
+                "/var/lib/pleg-guard",
+                &tmp.join("var").display().to_string(),
+            )
+            .replace(
+                "/usr/lib/pleg-guard",
+                &tmp.join("not-installed").display().to_string(),
+            )
             .replace(
                 "/run/systemd/system",
                 &tmp.join("no-systemd").display().to_string(),
@@ -657,12 +686,27 @@ fn unit_security_score_is_at_most_2_5() {
         eprintln!("SKIPPED: no systemd-analyze");
         return;
     }
+    // measured as systemd >= 239 runs it: the unit plus the allow-list drop-in the packages
+    // link there (a repeated [Service] section is the drop-in's effect)
     let unit = repo().join("systemd/pleg-guard.service");
+    let dir = std::env::temp_dir().join(format!("pleg-guard-analyze-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let combined = dir.join("pleg-guard.service");
+    std::fs::write(
+        &combined,
+        format!(
+            "{}\n{}",
+            std::fs::read_to_string(&unit).unwrap(),
+            std::fs::read_to_string(repo().join("systemd/syscall-allowlist.conf")).unwrap()
+        ),
+    )
+    .unwrap();
     let o = Command::new("systemd-analyze")
         .args(["security", "--offline=yes", "--no-pager"])
-        .arg(&unit)
+        .arg(&combined)
         .output()
         .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
     let text = String::from_utf8_lossy(&o.stdout);
     let score: f64 = text
         .lines()
@@ -676,4 +720,413 @@ fn unit_security_score_is_at_most_2_5() {
         body.contains(&format!(": {score:.1} OK")),
         "the unit's hardening comment does not state the measured score {score:.1}"
     );
+}
+
+// ------------------------------------------------------------------------------------------------
+// old distributions: RHEL/CentOS 7 and 8, Amazon Linux 2, Ubuntu 18.04, Debian 10
+// ------------------------------------------------------------------------------------------------
+
+/// The oldest glibc the binary may need (RHEL/CentOS 7, Amazon Linux 2).
+const GLIBC_CEILING: &str = "2.17";
+/// The newest libgcc_s symbol version it may need (EL7's gcc 4.8).
+const LIBGCC_CEILING: &str = "4.8.0";
+
+/// Dotted version compare, numerically per part ("2.17" < "2.28").
+fn version_le(a: &str, b: &str) -> bool {
+    let parts = |v: &str| -> Vec<u64> { v.split('.').map(|p| p.parse().unwrap_or(0)).collect() };
+    parts(a) <= parts(b)
+}
+
+/// The highest `PREFIX<version>` symbol version in `objdump -T` output, e.g. GLIBC_2.17.
+fn highest(objdump: &str, prefix: &str) -> Option<String> {
+    let mut best: Option<String> = None;
+    for word in objdump.split(|c: char| c.is_whitespace() || c == '(' || c == ')') {
+        let Some(v) = word.strip_prefix(prefix) else {
+            continue;
+        };
+        if v.is_empty() || !v.chars().all(|c| c.is_ascii_digit() || c == '.') {
+            continue;
+        }
+        if best.as_deref().is_none_or(|b| !version_le(v, b)) {
+            best = Some(v.to_string());
+        }
+    }
+    best
+}
+
+/// /usr/bin/pleg-guard as packaged in the .deb, extracted into a temporary directory.
+fn packaged_binary() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let dir = out_dir("extracted");
+        host_ok(
+            "dpkg-deb",
+            &["-x", deb().to_str().unwrap(), dir.to_str().unwrap()],
+        );
+        let bin = dir.join("usr/bin/pleg-guard");
+        assert!(
+            bin.is_file(),
+            "no usr/bin/pleg-guard in {}",
+            deb().display()
+        );
+        bin
+    })
+}
+
+#[test]
+fn binary_needs_at_most_glibc_2_17_and_an_old_libgcc() {
+    let bin = packaged_binary();
+    let bin_s = bin.to_str().unwrap();
+    let dynsyms = host_ok("objdump", &["-T", bin_s]);
+    let glibc = highest(&dynsyms, "GLIBC_").expect("no GLIBC_ symbol versions");
+    assert!(
+        version_le(&glibc, GLIBC_CEILING),
+        "the binary needs GLIBC_{glibc} (> {GLIBC_CEILING}):\n{}",
+        dynsyms
+            .lines()
+            .filter(|l| l.contains(&format!("GLIBC_{glibc}")))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    if let Some(gcc) = highest(&dynsyms, "GCC_") {
+        assert!(
+            version_le(&gcc, LIBGCC_CEILING),
+            "the binary needs GCC_{gcc} from libgcc_s (> {LIBGCC_CEILING})"
+        );
+    }
+    // readelf agrees (another reader of the same version-needs section)
+    let needs = host_ok("readelf", &["-V", "-W", bin_s]);
+    let glibc_r = highest(&needs, "GLIBC_").expect("readelf -V shows no GLIBC_ versions");
+    assert_eq!(glibc_r, glibc, "readelf and objdump disagree");
+    // only libraries EL7 has in its base system
+    let dynamic = host_ok("readelf", &["-d", "-W", bin_s]);
+    for line in dynamic.lines().filter(|l| l.contains("(NEEDED)")) {
+        let lib = line.rsplit('[').next().unwrap_or("").trim_end_matches(']');
+        assert!(
+            [
+                "libc.so.6",
+                "libm.so.6",
+                "libdl.so.2",
+                "libpthread.so.0",
+                "librt.so.1",
+                "libutil.so.1",
+                "libgcc_s.so.1",
+                "ld-linux-x86-64.so.2",
+                "ld-linux-aarch64.so.1",
+            ]
+            .contains(&lib),
+            "unexpected NEEDED {lib}:\n{dynamic}"
+        );
+    }
+    eprintln!(
+        "packaged binary: highest GLIBC_{glibc}, {}",
+        if dynamic.contains("libgcc_s") {
+            "links libgcc_s"
+        } else {
+            "no libgcc_s"
+        }
+    );
+}
+
+#[test]
+fn deb_is_xz_compressed_and_its_depends_hold_on_old_releases() {
+    // dpkg 1.18 (Ubuntu 16.04+, Debian 9+) reads xz and gzip members, not zstd
+    let members = host_ok("ar", &["t", deb().to_str().unwrap()]);
+    let members: Vec<&str> = members.lines().collect();
+    assert_eq!(members[0], "debian-binary", "{members:?}");
+    assert!(
+        members
+            .iter()
+            .any(|m| *m == "data.tar.xz" || *m == "data.tar.gz"),
+        "data member is not xz or gzip: {members:?}"
+    );
+    assert!(
+        members
+            .iter()
+            .any(|m| *m == "control.tar.xz" || *m == "control.tar.gz"),
+        "control member is not xz or gzip: {members:?}"
+    );
+    // Depends: libc6 at exactly the binary's highest GLIBC_ version, libgcc only as
+    // "libgcc-s1 | libgcc1" (Debian 10 and Ubuntu 18.04 have libgcc1 only), systemd
+    let depends = deb_field(deb(), "Depends");
+    let dynsyms = host_ok("objdump", &["-T", packaged_binary().to_str().unwrap()]);
+    let glibc = highest(&dynsyms, "GLIBC_").unwrap();
+    let mut saw_libc = false;
+    for dep in depends.split(',').map(str::trim) {
+        if dep.starts_with("libc6") {
+            assert_eq!(dep, format!("libc6 (>= {glibc})"), "Depends: {depends}");
+            saw_libc = true;
+        } else if dep.contains("libgcc") {
+            let alts: Vec<&str> = dep.split('|').map(|a| a.trim()).collect();
+            assert!(
+                alts.iter().any(|a| a.starts_with("libgcc1")),
+                "{dep}: Debian 10 / Ubuntu 18.04 have no libgcc-s1 (Depends: {depends})"
+            );
+        } else {
+            assert_eq!(
+                dep, "systemd",
+                "unexpected dependency in Depends: {depends}"
+            );
+        }
+    }
+    assert!(saw_libc, "no libc6 in Depends: {depends}");
+    let needs_libgcc = host_ok("readelf", &["-d", packaged_binary().to_str().unwrap()])
+        .contains("[libgcc_s.so.1]");
+    assert_eq!(
+        depends.contains("libgcc"),
+        needs_libgcc,
+        "Depends names libgcc exactly when the binary links libgcc_s: {depends}"
+    );
+}
+
+/// rpmlib() features rpm 4.11 (RHEL/CentOS 7, Amazon Linux 2) provides.
+const RPM_4_11_FEATURES: &[&str] = &[
+    "rpmlib(BuiltinLuaScripts)",
+    "rpmlib(CompressedFileNames)",
+    "rpmlib(ConcurrentAccess)",
+    "rpmlib(ExplicitPackageProvide)",
+    "rpmlib(FileCaps)",
+    "rpmlib(FileDigests)",
+    "rpmlib(HeaderLoadSortsTags)",
+    "rpmlib(PartialHardlinkSets)",
+    "rpmlib(PayloadFilesHavePrefix)",
+    "rpmlib(PayloadIsBzip2)",
+    "rpmlib(PayloadIsLzma)",
+    "rpmlib(PayloadIsXz)",
+    "rpmlib(ScriptletExpansion)",
+    "rpmlib(ScriptletInterpreterArgs)",
+    "rpmlib(TildeInVersions)",
+    "rpmlib(VersionedDependencies)",
+];
+
+#[test]
+fn rpm_payload_and_requirements_suit_rpm_4_11_and_glibc_2_17() {
+    if !has("rpm") {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "rpm is required under CI=true"
+        );
+        eprintln!("SKIPPED: no rpm command (apt-get install rpm)");
+        return;
+    }
+    let compressor = rpm_q(&["--queryformat", "%{PAYLOADCOMPRESSOR}"]);
+    assert!(
+        compressor == "gzip" || compressor == "xz",
+        "payload compressor {compressor:?}: rpm 4.11 reads gzip and xz, not zstd"
+    );
+    let requires = rpm_q(&["--requires"]);
+    for r in requires.lines().map(str::trim) {
+        let name = r.split_whitespace().next().unwrap_or("");
+        if name.starts_with("rpmlib(") {
+            assert!(
+                RPM_4_11_FEATURES.contains(&name),
+                "{r}: not a feature rpm 4.11 has\n{requires}"
+            );
+        }
+        // libc.so.6(GLIBC_2.17)(64bit): no version above the ceiling
+        if let Some(v) = r.split("(GLIBC_").nth(1).and_then(|t| t.split(')').next()) {
+            assert!(
+                version_le(v, GLIBC_CEILING),
+                "{r}: needs more than glibc {GLIBC_CEILING}\n{requires}"
+            );
+        }
+    }
+    assert!(!requires.contains("PayloadIsZstd"), "{requires}");
+    assert!(
+        requires.lines().any(|r| r.starts_with("libc.so.6")),
+        "no libc requirement generated from the binary:\n{requires}"
+    );
+    // the same binary as the .deb's
+    let digests = rpm_q(&["--queryformat", "[%{FILEDIGESTS} %{FILENAMES}\n]"]);
+    let sum = host_ok("sha256sum", &[packaged_binary().to_str().unwrap()]);
+    let sum = sum.split_whitespace().next().unwrap();
+    assert!(
+        digests
+            .lines()
+            .any(|l| l == format!("{sum} /usr/bin/pleg-guard")),
+        "the rpm's binary is not the .deb's:\n{digests}"
+    );
+    // the scriptlets make /var/lib/pleg-guard (219 has no StateDirectory=) and link the
+    // allow-list through the version check, before the unit is started; %preun unlinks it
+    let scripts = rpm_q(&["--scripts"]);
+    let link = scripts
+        .find("/usr/lib/pleg-guard/syscall-allowlist apply")
+        .unwrap_or_else(|| panic!("no allow-list step in %post:\n{scripts}"));
+    let start = scripts
+        .find("systemctl start pleg-guard.service")
+        .unwrap_or_else(|| panic!("no start in %post:\n{scripts}"));
+    assert!(
+        link < start,
+        "allow-list linked after the start:\n{scripts}"
+    );
+    assert!(
+        scripts.contains("mkdir -p /var/lib/pleg-guard"),
+        "{scripts}"
+    );
+    assert!(
+        scripts.contains("/usr/lib/pleg-guard/syscall-allowlist remove"),
+        "{scripts}"
+    );
+}
+
+#[test]
+fn deb_maintainer_scripts_make_the_state_directory_and_check_the_version_first() {
+    let dir = out_dir("control");
+    host_ok(
+        "dpkg-deb",
+        &["-e", deb().to_str().unwrap(), dir.to_str().unwrap()],
+    );
+    let postinst = std::fs::read_to_string(dir.join("postinst")).unwrap();
+    assert!(
+        postinst.contains("mkdir -p /var/lib/pleg-guard"),
+        "{postinst}"
+    );
+    let link = postinst
+        .find("/usr/lib/pleg-guard/syscall-allowlist apply")
+        .unwrap_or_else(|| panic!("no allow-list step in postinst:\n{postinst}"));
+    let start = postinst
+        .find("deb-systemd-invoke")
+        .unwrap_or_else(|| panic!("no start in postinst:\n{postinst}"));
+    assert!(
+        link < start,
+        "allow-list linked after the start:\n{postinst}"
+    );
+    let postrm = std::fs::read_to_string(dir.join("postrm")).unwrap();
+    assert!(
+        postrm.contains("50-syscall-allowlist.conf"),
+        "postrm does not unlink the allow-list:\n{postrm}"
+    );
+}
+
+/// The unit must be right for systemd 219 to 257: no allow-list in the main unit (219 knows no
+/// `@group`, 237 not `@system-service`: an allow-list of unknown names is nearly empty), only
+/// deny-lists; `ProtectSystem=full` before `strict` (219 ignores the unknown `strict` and keeps
+/// `full`); the allow-list only in the drop-in, which resets the filter first.
+#[test]
+fn unit_is_safe_from_systemd_219_to_257() {
+    let unit = std::fs::read_to_string(repo().join("systemd/pleg-guard.service")).unwrap();
+    let directives: Vec<(&str, &str)> = unit
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.starts_with('#') && !l.starts_with(';'))
+        .filter_map(|l| l.split_once('='))
+        .collect();
+    let filters: Vec<&str> = directives
+        .iter()
+        .filter(|(k, _)| *k == "SystemCallFilter")
+        .map(|(_, v)| *v)
+        .collect();
+    assert!(!filters.is_empty(), "no SystemCallFilter at all");
+    for f in &filters {
+        assert!(
+            f.starts_with('~'),
+            "SystemCallFilter={f}: an allow-list in the main unit (219/237 do not know every group)"
+        );
+    }
+    let protect: Vec<&str> = directives
+        .iter()
+        .filter(|(k, _)| *k == "ProtectSystem")
+        .map(|(_, v)| *v)
+        .collect();
+    assert_eq!(protect, ["full", "strict"], "ProtectSystem lines in order");
+    assert!(directives.contains(&("StateDirectory", "pleg-guard")));
+
+    let dropin = std::fs::read_to_string(repo().join("systemd/syscall-allowlist.conf")).unwrap();
+    let lines: Vec<&str> = dropin
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            "[Service]",
+            "SystemCallFilter=",
+            "SystemCallFilter=@system-service",
+            "SystemCallFilter=~@privileged @resources",
+        ],
+        "the drop-in resets, allows @system-service, denies the rest again"
+    );
+    // the deny-list after the allow-list is the main unit's
+    assert!(filters.contains(&"~@privileged @resources"));
+}
+
+/// `syscall-allowlist apply` with a stand-in `systemctl` printing each version: linked from 239
+/// on, never before, nor for an unreadable version; a stale link is removed; an admin's own
+/// file is left alone; `remove` unlinks.
+#[test]
+fn allowlist_is_linked_only_where_systemd_is_239_or_later() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = std::env::temp_dir().join(format!("pleg-guard-allowlist-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(tmp.join("bin")).unwrap();
+    let root = tmp.join("root");
+    let link = root.join("etc/systemd/system/pleg-guard.service.d/50-syscall-allowlist.conf");
+    let helper = repo().join("packaging/syscall-allowlist");
+    let run = |first_line: Option<&str>, cmd: &str| -> String {
+        let stub = tmp.join("bin/systemctl");
+        match first_line {
+            Some(l) => {
+                std::fs::write(
+                    &stub,
+                    format!("#!/bin/sh\necho '{l}'\necho '+PAM +AUDIT'\n"),
+                )
+                .unwrap();
+                std::fs::set_permissions(&stub, std::fs::Permissions::from_mode(0o755)).unwrap();
+            }
+            // a systemctl that fails (the host's own would be found on PATH if it was absent)
+            None => {
+                std::fs::write(&stub, "#!/bin/sh\nexit 1\n").unwrap();
+                std::fs::set_permissions(&stub, std::fs::Permissions::from_mode(0o755)).unwrap();
+            }
+        }
+        let o = Command::new("sh")
+            .arg(&helper)
+            .arg(cmd)
+            .env(
+                "PATH",
+                format!("{}:/usr/bin:/bin", tmp.join("bin").display()),
+            )
+            .env("PLEG_GUARD_ROOT", &root)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{first_line:?} {cmd}: {}", show(&o));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let linked = || {
+        std::fs::read_link(&link)
+            .ok()
+            .is_some_and(|t| t == Path::new("/usr/lib/pleg-guard/syscall-allowlist.conf"))
+    };
+    for (version, want) in [
+        (Some("systemd 219"), false),
+        (Some("systemd 219 (219-78.el7_9.9)"), false),
+        (Some("systemd 237"), false),
+        (Some("systemd 238"), false),
+        (Some("systemd 239 (239-82.el8_10.5)"), true),
+        (Some("systemd 241"), true),
+        (Some("systemd 247 (247.3-7+deb11u6)"), true),
+        (Some("systemd 252 (252.39-1~deb12u1)"), true),
+        (Some("systemd 257 (257.9-1~deb13u1)"), true),
+        // after a link: an older systemd (say a rollback) removes it again
+        (Some("systemd 237"), false),
+        (Some("not systemd at all"), false),
+        (None, false),
+    ] {
+        let out = run(version, "apply");
+        assert_eq!(linked(), want, "{version:?}: {out}");
+    }
+    run(Some("systemd 252"), "apply");
+    assert!(linked());
+    run(Some("systemd 252"), "remove");
+    assert!(!linked() && !link.exists());
+    // an admin's own file of that name stays as it is
+    std::fs::create_dir_all(link.parent().unwrap()).unwrap();
+    std::fs::write(&link, "[Service]\n").unwrap();
+    let out = run(Some("systemd 252"), "apply");
+    assert!(out.contains("not ours"), "{out}");
+    assert_eq!(std::fs::read_to_string(&link).unwrap(), "[Service]\n");
+    run(Some("systemd 237"), "apply");
+    assert!(link.exists(), "an admin's file was removed");
+    let _ = std::fs::remove_dir_all(&tmp);
 }

@@ -1,51 +1,116 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh Debian 12 machine, as root (CI runs exactly this).
 #
-# Installs and starts everything the tests need: Debian packages (docker.io,
-# systemd-container, debootstrap, ...), dockerd, the busybox test image, the cached
-# bed root filesystem and the affected libsystemd of the real-bug beds (tests/bed/prepare.sh;
-# under CI=true a missing affected library fails here), then checks formatting and lints and runs
-# every unit and integration test. Integration tests boot real systemd containers; with
-# CI=true a bed that cannot start fails the run instead of skipping.
+# Installs and starts everything the tests need: Debian packages (docker.io, containerd,
+# systemd-container, debootstrap, rpm, lintian, prometheus, ...), dockerd, the bed's own
+# containerd, the busybox test image, the cached bed root filesystems (bookworm, bullseye,
+# trixie) and the affected libsystemd of the real-bug beds (tests/bed/prepare.sh; under
+# CI=true a missing affected library fails here), the packaging tools (cargo-deb,
+# cargo-generate-rpm, the glibc 2.17 toolchain); then checks formatting and lints, builds the
+# .deb and .rpm once, and runs every unit and integration test. Integration tests boot real
+# systemd containers; with CI=true a bed that cannot start fails the run instead of skipping.
+#
+# Time on a fresh 2-core machine is kept down by overlapping: the packaging tools compile in
+# the background while apt and debootstrap fetch, and the integration tests run as two groups
+# of test binaries side by side (each two tests at a time).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-step() { printf '\n== %s\n' "$*"; }
+step() { printf '\n== %s (%ds)\n' "$1" "$SECONDS"; }
+LOGS=target/run-all
+mkdir -p "$LOGS"
 
 if [ "$(id -u)" != 0 ]; then
     echo "tests/run-all.sh: run as root (the test bed boots system containers)" >&2
     exit 2
 fi
 
-step "test bed: packages, dockerd, image, rootfs, affected libsystemd"
-tests/bed/prepare.sh
-
-step "packaging tools: rpm, lintian, rpmlint, systemd-analyze"
+step "Debian packages for packaging and metrics: rpm, lintian, rpmlint, binutils, python3-venv, prometheus, node_exporter"
 need=()
-for tool in rpm:rpm lintian:lintian rpmlint:rpmlint systemd-analyze:systemd; do
+for tool in rpm:rpm lintian:lintian rpmlint:rpmlint systemd-analyze:systemd objdump:binutils \
+    python3:python3 promtool:prometheus prometheus-node-exporter:prometheus-node-exporter; do
     command -v "${tool%%:*}" >/dev/null || need+=("${tool#*:}")
 done
+# packaging/zig-toolchain.sh puts zig (PyPI's ziglang) into a venv
+python3 -c 'import ensurepip' 2>/dev/null || need+=(python3-venv)
 if [ "${#need[@]}" -gt 0 ]; then
     apt-get update -qq
+    # prometheus and node_exporter: only their binaries are used (tests/metrics.rs runs them on
+    # loopback or in a bed's network namespace)
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}"
 fi
 
-step "metrics tools: prometheus (promtool), prometheus-node-exporter"
-# Only the binaries are used (tests/metrics.rs runs them on loopback or in a bed's network
-# namespace); without systemd as PID 1 the packages' services do not start.
-need=()
-for tool in promtool:prometheus prometheus-node-exporter:prometheus-node-exporter; do
-    command -v "${tool%%:*}" >/dev/null || need+=("${tool#*:}")
-done
-if [ "${#need[@]}" -gt 0 ]; then
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}"
+step "packaging tools, in the background: cargo-deb, cargo-generate-rpm, cargo-zigbuild + zig"
+(
+    set -e
+    missing=()
+    cargo deb --version >/dev/null 2>&1 || missing+=(cargo-deb)
+    cargo generate-rpm --version >/dev/null 2>&1 || missing+=(cargo-generate-rpm)
+    if [ "${#missing[@]}" -gt 0 ]; then
+        # unoptimised: they package one small binary, and this halves their build time
+        cargo install --locked --debug "${missing[@]}"
+    fi
+    packaging/zig-toolchain.sh
+) >"$LOGS/tools.log" 2>&1 &
+tools=$!
+
+step "test bed: packages, dockerd, containerd, image, rootfs (bookworm; bullseye and trixie for tests/old_distros.rs), affected libsystemd"
+tests/bed/prepare.sh bookworm bullseye trixie
+
+step "waiting for the packaging tools"
+if ! wait "$tools"; then
+    tail -40 "$LOGS/tools.log" >&2
+    echo "tests/run-all.sh: installing the packaging tools failed (log $LOGS/tools.log)" >&2
+    exit 1
 fi
 
 step "format and lints"
 cargo fmt --check
 cargo clippy --all-targets --locked -- -D warnings
 
-step "tests (unit, then integration against the bed)"
-# Two at a time: these machines have two cores and each bed is a whole booted system.
-cargo test --locked -- --test-threads=2
+step "packages: .deb and .rpm (release binary against glibc 2.17)"
+rm -rf target/ci-packages
+PLEG_GUARD_DEB=$(packaging/build-deb.sh --output target/ci-packages | tail -n 1)
+PLEG_GUARD_RPM=$(packaging/build-rpm.sh -o target/ci-packages | tail -n 1)
+export PLEG_GUARD_DEB PLEG_GUARD_RPM
+ls -l "$PLEG_GUARD_DEB" "$PLEG_GUARD_RPM"
+
+step "build the tests"
+cargo test --locked --no-run
+
+step "unit tests"
+cargo test --locked --bins
+
+# Two groups of integration test binaries side by side, each binary two tests at a time:
+# about four beds at once on two cores. Balanced by their measured run times.
+group_a=(daemon_scenarios serial_forecast faults metrics containerd layout)
+group_b=(packaging real_bug bed_smoke systemd_citizen diagnose old_distros)
+known=" ${group_a[*]} ${group_b[*]} "
+for f in tests/*.rs; do
+    t=$(basename "$f" .rs)
+    case "$known" in
+        *" $t "*) ;;
+        *) group_b+=("$t") ;; # a new test file runs too, even before it is placed
+    esac
+done
+run_group() { # NAME TEST...
+    local name=$1 args=()
+    shift
+    for t in "$@"; do args+=(--test "$t"); done
+    cargo test --locked --no-fail-fast "${args[@]}" -- --test-threads=2 >"$LOGS/$name.log" 2>&1
+}
+
+step "integration tests against the beds: ${group_a[*]} | ${group_b[*]}"
+run_group a "${group_a[@]}" &
+pid_a=$!
+run_group b "${group_b[@]}" &
+pid_b=$!
+rc=0
+wait "$pid_a" || rc=1
+wait "$pid_b" || rc=1
+for g in a b; do
+    printf '\n---- group %s ----\n' "$g"
+    cat "$LOGS/$g.log"
+done
+step "done"
+exit "$rc"

@@ -7,6 +7,13 @@ mkdir -p /etc/pleg-guard/config.d
 if command -v journalctl >/dev/null 2>&1; then
     journalctl --update-catalog >/dev/null 2>&1 || :
 fi
+# The state directory, for systemd versions without StateDirectory= (219 on EL7 and AL2).
+mkdir -p /var/lib/pleg-guard
+chmod 0755 /var/lib/pleg-guard
+# The @system-service allow-list drop-in, linked only where systemd knows it (>= 239: EL8+).
+if [ -x /usr/lib/pleg-guard/syscall-allowlist ]; then
+    /usr/lib/pleg-guard/syscall-allowlist apply || :
+fi
 if [ -d /run/systemd/system ]; then
     systemctl daemon-reload >/dev/null 2>&1 || :
 fi

@@ -5,5 +5,9 @@ if [ "$1" -eq 0 ]; then
     else
         systemctl --no-reload disable pleg-guard.service >/dev/null 2>&1 || :
     fi
+    # the allow-list link %post made (an admin's own file of that name stays)
+    if [ -x /usr/lib/pleg-guard/syscall-allowlist ]; then
+        /usr/lib/pleg-guard/syscall-allowlist remove || :
+    fi
 fi
 exit 0

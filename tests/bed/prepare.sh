@@ -2,9 +2,11 @@
 # Prepare the pleg-guard integration test bed on this host (run as root; idempotent; fast when
 # everything is already there). Installs the packages, makes sure dockerd answers, imports the
 # busybox image, removes what killed test runs left behind, and builds (once) the bed root
-# filesystem and (once) the affected libsystemd of systemd#11809 (affected-libsystemd.sh; printed
-# as AFFECTED_LIBSYSTEMD=<path>). The last line printed is ROOTFS=<path>; the path is also written
-# to /var/cache/pleg-guard-test/current-rootfs.
+# filesystem per Debian suite asked for (default bookworm; `prepare.sh bookworm bullseye trixie`
+# builds them in parallel) and, with bookworm, (once) the affected libsystemd of systemd#11809
+# (affected-libsystemd.sh; printed as AFFECTED_LIBSYSTEMD=<path>). The last line printed is
+# ROOTFS=<path of the first suite's rootfs>; bookworm's path is also written to
+# /var/cache/pleg-guard-test/current-rootfs, another suite's to current-rootfs-<suite>.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -118,70 +120,115 @@ out=$("$HERE/containerd.sh") || die "tests/bed/containerd.sh failed"
 echo "$out" | grep -v '^CONTAINERD_SOCKET=' | sed 's/^/prepare: /' || true
 step_done "answers at ${out##*CONTAINERD_SOCKET=}"
 
-# --- bed root filesystem ------------------------------------------------------------------------------
-step_start rootfs
-key=$( { cat "$HERE/customize-rootfs.sh"; echo "$INCLUDE"; } | sha256sum | cut -c1-16)
-ROOTFS=$CACHE/rootfs-$key
+# --- bed root filesystems, one per suite (built in parallel) --------------------------------------
+# bookworm keeps its historical place and key ($CACHE/rootfs-<key>, current-rootfs) that other
+# checkouts rely on; every other suite is $CACHE/bed-<suite>-<key> (key includes the suite) with
+# current-rootfs-<suite>, so the two never remove each other's builds.
 mkdir -p "$CACHE"
-if [ -x "$ROOTFS/lib/systemd/systemd" ] && [ -e "$ROOTFS/.pleg-guard-bed-complete" ]; then
-    step_done "cached $ROOTFS"
-else
-    exec 8>"$CACHE/.build.lock"
-    flock -w 600 8 || die "another prepare.sh holds $CACHE/.build.lock for 10 minutes"
-    if [ -e "$ROOTFS/.pleg-guard-bed-complete" ]; then
-        step_done "built meanwhile by another run: $ROOTFS"
-    else
-        mirror=""
-        if [ -f /etc/apt/sources.list.d/debian.sources ]; then
-            mirror=$(awk '/^URIs:/{print $2; exit}' /etc/apt/sources.list.d/debian.sources)
-        fi
-        if [ -z "$mirror" ] && [ -f /etc/apt/sources.list ]; then
-            mirror=$(awk '$1=="deb"{for(i=2;i<=NF;i++) if($i ~ /^[a-z]+:\/\//){print $i; exit}}' /etc/apt/sources.list)
-        fi
-        [ -n "$mirror" ] || mirror=http://deb.debian.org/debian
-        tmpdir=$(mktemp -d "$CACHE/.build-XXXXXX")
-        log=$CACHE/debootstrap.log
-        echo "prepare: debootstrap bookworm from $mirror into $tmpdir (about 70 s; log $log)"
-        if ! debootstrap --variant=minbase --include="$INCLUDE" bookworm "$tmpdir" "$mirror" >"$log" 2>&1; then
-            tail -30 "$log" >&2
-            [ -f "$tmpdir/debootstrap/debootstrap.log" ] && tail -30 "$tmpdir/debootstrap/debootstrap.log" >&2
-            rm -rf "$tmpdir"
-            die "debootstrap failed (log $log)"
-        fi
-        "$HERE/customize-rootfs.sh" "$tmpdir" || { rm -rf "$tmpdir"; die "customize-rootfs.sh failed"; }
-        rm -rf "$tmpdir/var/cache/apt/archives/"*.deb
-        touch "$tmpdir/.pleg-guard-bed-complete"
-        rm -rf "$ROOTFS"
-        mv -T "$tmpdir" "$ROOTFS" || { rm -rf "$tmpdir"; die "could not rename $tmpdir to $ROOTFS"; }
-        # builds for older customisations are ~250 MB each: drop them
-        for old in "$CACHE"/rootfs-*; do
-            [ "$old" = "$ROOTFS" ] || { rm -rf "$old" && echo "prepare: removed old $old"; }
-        done
-        step_done "built $ROOTFS"
-    fi
-    exec 8>&-
+mirror=""
+if [ -f /etc/apt/sources.list.d/debian.sources ]; then
+    mirror=$(awk '/^URIs:/{print $2; exit}' /etc/apt/sources.list.d/debian.sources)
 fi
-echo "$ROOTFS" > "$CACHE/current-rootfs"
+if [ -z "$mirror" ] && [ -f /etc/apt/sources.list ]; then
+    mirror=$(awk '$1=="deb"{for(i=2;i<=NF;i++) if($i ~ /^[a-z]+:\/\//){print $i; exit}}' /etc/apt/sources.list)
+fi
+[ -n "$mirror" ] || mirror=http://deb.debian.org/debian
 
+rootfs_path() { # SUITE -> path of its (possibly not yet built) rootfs
+    local suite=$1 key
+    if [ "$suite" = bookworm ]; then
+        key=$( { cat "$HERE/customize-rootfs.sh"; echo "$INCLUDE"; } | sha256sum | cut -c1-16)
+        echo "$CACHE/rootfs-$key"
+    else
+        key=$( { cat "$HERE/customize-rootfs.sh"; echo "$INCLUDE"; echo "$suite"; } | sha256sum | cut -c1-16)
+        echo "$CACHE/bed-$suite-$key"
+    fi
+}
+
+build_rootfs() { # SUITE: builds it unless cached; prints one summary line; exit status 0 = usable
+    local suite=$1 rootfs lockfile tmpdir log s0
+    s0=$(date +%s.%N)
+    rootfs=$(rootfs_path "$suite")
+    done_line() { awk -v a="$s0" -v b="$(date +%s.%N)" -v s="rootfs $suite" -v w="$1" 'BEGIN{printf "prepare: %-22s %-44s %6.1fs\n", s, w, b-a}'; }
+    if [ -x "$rootfs/lib/systemd/systemd" ] && [ -e "$rootfs/.pleg-guard-bed-complete" ]; then
+        done_line "cached $rootfs"; return 0
+    fi
+    if [ "$suite" = bookworm ]; then lockfile=$CACHE/.build.lock; else lockfile=$CACHE/.build-$suite.lock; fi
+    exec {lk}>"$lockfile"
+    flock -w 600 "$lk" || { echo "prepare.sh: ERROR: another prepare.sh holds $lockfile for 10 minutes" >&2; return 1; }
+    if [ -e "$rootfs/.pleg-guard-bed-complete" ]; then
+        done_line "built meanwhile by another run: $rootfs"; return 0
+    fi
+    tmpdir=$(mktemp -d "$CACHE/.build-$suite-XXXXXX")
+    if [ "$suite" = bookworm ]; then log=$CACHE/debootstrap.log; else log=$CACHE/debootstrap-$suite.log; fi
+    echo "prepare: debootstrap $suite from $mirror into $tmpdir (about 70 s; log $log)"
+    if ! debootstrap --variant=minbase --include="$INCLUDE" "$suite" "$tmpdir" "$mirror" >"$log" 2>&1; then
+        tail -30 "$log" >&2
+        [ -f "$tmpdir/debootstrap/debootstrap.log" ] && tail -30 "$tmpdir/debootstrap/debootstrap.log" >&2
+        rm -rf "$tmpdir"
+        echo "prepare.sh: ERROR: debootstrap $suite failed (log $log)" >&2; return 1
+    fi
+    "$HERE/customize-rootfs.sh" "$tmpdir" >>"$log" 2>&1 \
+        || { tail -20 "$log" >&2; rm -rf "$tmpdir"; echo "prepare.sh: ERROR: customize-rootfs.sh ($suite) failed" >&2; return 1; }
+    rm -rf "$tmpdir/var/cache/apt/archives/"*.deb
+    touch "$tmpdir/.pleg-guard-bed-complete"
+    rm -rf "$rootfs"
+    mv -T "$tmpdir" "$rootfs" || { rm -rf "$tmpdir"; echo "prepare.sh: ERROR: could not rename $tmpdir to $rootfs" >&2; return 1; }
+    # builds for older customisations are ~250 MB each: drop this suite's old ones
+    local old pattern
+    if [ "$suite" = bookworm ]; then pattern="$CACHE/rootfs-*"; else pattern="$CACHE/bed-$suite-*"; fi
+    for old in $pattern; do
+        [ -e "$old" ] && [ "$old" != "$rootfs" ] && { rm -rf "$old" && echo "prepare: removed old $old"; }
+    done
+    done_line "built $rootfs"
+}
+
+# prepare.sh [SUITE...]   (default: bookworm; e.g. `prepare.sh bookworm bullseye trixie`)
+SUITES=("$@")
+[ ${#SUITES[@]} -gt 0 ] || SUITES=(bookworm)
+for suite in "${SUITES[@]}"; do
+    [[ $suite =~ ^[a-z]+$ ]] || die "not a Debian suite name: $suite"
+    [ -e "/usr/share/debootstrap/scripts/$suite" ] || die "debootstrap does not know the suite $suite"
+done
+pids=()
+for suite in "${SUITES[@]}"; do
+    build_rootfs "$suite" &
+    pids+=($!)
+done
+failed=0
+for i in "${!pids[@]}"; do
+    wait "${pids[$i]}" || { echo "prepare.sh: ERROR: rootfs ${SUITES[$i]} could not be built" >&2; failed=1; }
+done
+[ $failed = 0 ] || exit 1
+for suite in "${SUITES[@]}"; do
+    rootfs=$(rootfs_path "$suite")
+    if [ "$suite" = bookworm ]; then echo "$rootfs" > "$CACHE/current-rootfs"; else echo "$rootfs" > "$CACHE/current-rootfs-$suite"; fi
+    echo "ROOTFS_$suite=$rootfs"
+done
 # --- affected libsystemd (systemd#11809) ------------------------------------------------------------
 # The pre-v242 sd-bus that affected beds bind over PID 1's libsystemd-shared-252.so (cached; a
 # checked byte patch for bookworm's build, a source build otherwise). Under CI=true it must exist:
-# the affected-bed tests never run against a fixed PID 1.
-step_start affected-lib
-AFFECTED=""
-if out=$("$HERE/affected-libsystemd.sh" "$ROOTFS" 2>&1); then
-    AFFECTED=$(echo "$out" | sed -n 's/^AFFECTED_LIBSYSTEMD=//p' | tail -1)
-    step_done "$(echo "$out" | grep -v '^AFFECTED_LIBSYSTEMD=' | tail -1 | cut -c1-44)"
-else
-    echo "$out" >&2
-    step_done "FAILED"
+# the affected-bed tests never run against a fixed PID 1. Only with bookworm (the library is
+# bookworm's 252).
+if [[ " ${SUITES[*]} " == *" bookworm "* ]]; then
+    ROOTFS=$(rootfs_path bookworm)
+    step_start affected-lib
+    AFFECTED=""
+    if out=$("$HERE/affected-libsystemd.sh" "$ROOTFS" 2>&1); then
+        AFFECTED=$(echo "$out" | sed -n 's/^AFFECTED_LIBSYSTEMD=//p' | tail -1)
+        step_done "$(echo "$out" | grep -v '^AFFECTED_LIBSYSTEMD=' | tail -1 | cut -c1-44)"
+    else
+        echo "$out" >&2
+        step_done "FAILED"
+    fi
+    if [ -z "$AFFECTED" ]; then
+        case "${CI:-}" in
+            true|TRUE|True|1|yes) die "no affected libsystemd-shared-252.so for $ROOTFS (affected-libsystemd.sh above); required under CI=true" ;;
+            *) echo "prepare: WARNING: no affected libsystemd; affected-bed tests will be SKIPPED" >&2 ;;
+        esac
+    fi
+    echo "AFFECTED_LIBSYSTEMD=$AFFECTED"
 fi
-if [ -z "$AFFECTED" ]; then
-    case "${CI:-}" in
-        true|TRUE|True|1|yes) die "no affected libsystemd-shared-252.so for $ROOTFS (affected-libsystemd.sh above); required under CI=true" ;;
-        *) echo "prepare: WARNING: no affected libsystemd; affected-bed tests will be SKIPPED" >&2 ;;
-    esac
-fi
-echo "AFFECTED_LIBSYSTEMD=$AFFECTED"
 awk -v a="$T0" -v b="$(date +%s.%N)" 'BEGIN{printf "prepare: total %.1fs\n", b-a}'
-echo "ROOTFS=$ROOTFS"
+# the last line names the first suite's rootfs (tests/support reads it)
+echo "ROOTFS=$(rootfs_path "${SUITES[0]}")"

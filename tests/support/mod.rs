@@ -246,14 +246,55 @@ pub fn require_bed() -> Option<BedEnv> {
     }
 }
 
+/// Debian suites a bed can be booted from besides the default bookworm (systemd 252):
+/// bullseye (Debian 11, systemd 247, glibc 2.31) and trixie (Debian 13, systemd 257).
+pub const OTHER_SUITES: &[&str] = &["bullseye", "trixie"];
+
+/// [`require_bed`] for a bed of another Debian suite (one of [`OTHER_SUITES`], or `bookworm`):
+/// `tests/bed/prepare.sh SUITE` builds (once, cached per suite) and names its rootfs; boot it
+/// with `Bed::boot(&env, ...)` as usual. Same rules: SKIPPED locally, a failure under CI=true.
+pub fn require_bed_suite(suite: &str) -> Option<BedEnv> {
+    static SUITES: Mutex<Vec<(String, Result<BedEnv, String>)>> = Mutex::new(Vec::new());
+    let result = {
+        let mut done = SUITES.lock().unwrap_or_else(|e| e.into_inner());
+        match done.iter().find(|(s, _)| s == suite) {
+            Some((_, r)) => r.clone(),
+            None => {
+                let r = prepare_suites(&[suite]);
+                done.push((suite.to_string(), r.clone()));
+                r
+            }
+        }
+    };
+    match result {
+        Ok(env) => Some(env),
+        Err(reason) if under_ci() => {
+            panic!("the {suite} test bed is required under CI=true: {reason}")
+        }
+        Err(reason) => {
+            eprintln!("SKIPPED: {reason}");
+            None
+        }
+    }
+}
+
 fn prepare() -> Result<BedEnv, String> {
+    prepare_suites(&[])
+}
+
+/// Runs `tests/bed/prepare.sh [SUITE...]`; the rootfs is the one of the first suite (bookworm
+/// when none is given).
+fn prepare_suites(suites: &[&str]) -> Result<BedEnv, String> {
     if !is_root() {
         return Err("the pleg-guard test bed needs root (systemd-nspawn, docker, chattr)".into());
     }
     let script = repo_root().join("tests/bed/prepare.sh");
     let start = Instant::now();
     let o = run_with_timeout(
-        Command::new("bash").arg(&script).current_dir(repo_root()),
+        Command::new("bash")
+            .arg(&script)
+            .args(suites)
+            .current_dir(repo_root()),
         None,
         Duration::from_secs(900),
     )
@@ -623,6 +664,13 @@ impl Bed {
         let unit = std::fs::read_to_string(root.join("systemd/pleg-guard.service"))
             .unwrap_or_else(|_| FALLBACK_UNIT.to_string());
         self.write_file("/etc/systemd/system/pleg-guard.service", unit);
+        // the system-call allow-list drop-in the packages link on systemd >= 239
+        if let Ok(dropin) = std::fs::read_to_string(root.join("systemd/syscall-allowlist.conf")) {
+            self.write_file(
+                "/etc/systemd/system/pleg-guard.service.d/50-syscall-allowlist.conf",
+                dropin,
+            );
+        }
         if let Ok(cat) = std::fs::read(root.join("systemd/pleg-guard.catalog")) {
             self.write_file("/usr/lib/systemd/catalog/pleg-guard.catalog", cat);
             self.sh_ok("journalctl --update-catalog");
