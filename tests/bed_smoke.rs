@@ -217,7 +217,7 @@ fn standin_kubelet_wedge_logs_pleg_lines_until_restart() {
     std::thread::sleep(secs(1));
     let cursor = bed.journal_cursor();
     std::thread::sleep(secs(5));
-    let after = bed.journal(&["-u", "kubelet", &format!("--after-cursor={cursor}")]);
+    let after = bed.journal_after(&cursor, &["-u", "kubelet"]);
     assert!(
         !after
             .iter()

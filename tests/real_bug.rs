@@ -39,7 +39,7 @@ fn replies_until_silence(bed: &Bed, max: usize, timeout: Duration) -> (Vec<u32>,
 }
 
 fn pid1_disconnects(bed: &Bed, cursor: &str) -> usize {
-    bed.journal(&["_PID=1", &format!("--after-cursor={cursor}")])
+    bed.journal_after(cursor, &["_PID=1"])
         .iter()
         .filter(|e| field(e, "MESSAGE") == Some(BUS_DISCONNECT))
         .count()

@@ -781,6 +781,19 @@ impl Bed {
             .to_string()
     }
 
+    /// Journal entries matching `args` written after the entry at `cursor`. Uses `--cursor=`
+    /// and drops the cursor's own entry: `--after-cursor=` combined with filters skips the
+    /// first match when the cursor's entry itself does not match (journalctl 252).
+    pub fn journal_after(&self, cursor: &str, args: &[&str]) -> Vec<Map<String, Value>> {
+        let from = format!("--cursor={cursor}");
+        let mut all: Vec<&str> = args.to_vec();
+        all.push(&from);
+        self.journal(&all)
+            .into_iter()
+            .filter(|e| field(e, "__CURSOR") != Some(cursor))
+            .collect()
+    }
+
     /// Polls `journal(args)` every 200 ms until an entry satisfies `pred`; returns it. On
     /// timeout panics with the last entries matched and pleg-guard's status and journal.
     pub fn wait_journal(
