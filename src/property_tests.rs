@@ -4,7 +4,7 @@
 //!
 //! Covered here: the systemd version parsers, the config loader, journal lines, docker's
 //! JSON, the ledger file and status.json. The D-Bus p2p reader's own properties are in
-//! `client::p2p`'s tests, the log line assembler's in `probe::log_lines`'s. Each property runs
+//! `client::p2p`'s tests, the log line assembler's in `client::log_lines`'s. Each property runs
 //! [`CASES`] inputs (a few seconds in all, unoptimised).
 
 use std::path::Path;
@@ -13,9 +13,9 @@ use std::time::{Duration, SystemTime};
 use proptest::prelude::*;
 
 use crate::action::ActionKind;
+use crate::client::journal::follow as journal_follow;
 use crate::config;
 use crate::ledger::Ledger;
-use crate::probe::journal_follow;
 use crate::report::status_file::Snapshot;
 use crate::systemd_version::{self, FixedBuild};
 

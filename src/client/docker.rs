@@ -1,20 +1,25 @@
 //! The docker engine on its unix socket: connect (agreeing on an API version), the relist
-//! kubelet's PLEG does (`docker ps -a`, then an inspect), which containers are dead, and the
-//! calls the actions make (remove, restart). Failures are [`super::Error`]s classified by
+//! kubelet's PLEG does (`docker ps -a`, then an inspect), which containers are dead, the
+//! calls the actions make (remove, restart), and the newest line of a container's log that
+//! holds a marker (kubelet's own log, when kubelet runs as a container). Failures are [`super::Error`]s classified by
 //! bollard's error variant (and the I/O error under it), never by text.
 //!
 //! bollard's own timeout covers only the response headers, so callers bound each whole call
 //! with their deadline; an abandoned call drops the client and its connection.
 
 use std::path::Path;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use bollard::Docker;
+use bollard::container::LogOutput;
 use bollard::errors::Error as BollardError;
 use bollard::models::{ContainerStateStatusEnum, ContainerSummary, ContainerSummaryStateEnum};
 use bollard::query_parameters::{
-    ListContainersOptions, RemoveContainerOptions, RestartContainerOptions,
+    ListContainersOptions, LogsOptions, RemoveContainerOptions, RestartContainerOptions,
 };
+use futures_util::StreamExt;
 
+use super::log_lines::{LastMatch, LineAssembler};
 use super::{Error, ErrorKind};
 use crate::target::ContainerRef;
 
@@ -105,6 +110,79 @@ pub async fn restart(docker: &Docker, name: &str, grace_secs: i32) -> Result<(),
             }),
         )
         .await?)
+}
+
+/// The newest line of container `name`'s log (stdout and stderr) written since `since` that
+/// holds `marker` (its first 400 characters).
+pub async fn last_log_line(
+    docker: &Docker,
+    name: &str,
+    since: SystemTime,
+    marker: &str,
+) -> Result<Option<String>, Error> {
+    // docker's `since` is whole seconds: round up, so that the last lines of a wedged instance
+    // written in the second kubelet was restarted do not count against the new one.
+    let since_s = since
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() + u64::from(d.subsec_nanos() > 0));
+    // ... and stop at the present: after the clock went back, lines written before the jump
+    // are stamped "in the future" and must not count as fresh (0 = no limit, past 2038).
+    let until_s = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() + 1);
+    let options = LogsOptions {
+        stdout: true,
+        stderr: true,
+        since: i32::try_from(since_s).unwrap_or(i32::MAX),
+        until: i32::try_from(until_s).unwrap_or(0),
+        tail: "all".to_owned(),
+        ..Default::default()
+    };
+    let mut stream = docker.logs(name, Some(options));
+    let mut scan = LogScan::new(marker);
+    while let Some(chunk) = stream.next().await {
+        scan.push(&chunk?);
+    }
+    Ok(scan.finish())
+}
+
+/// Finds the last line holding a marker in docker's log stream, whose frames split lines
+/// anywhere: each stream (stdout, stderr, a TTY's console) is joined into whole lines on its
+/// own.
+pub struct LogScan<'m> {
+    streams: [LineAssembler; 4],
+    last: LastMatch<'m>,
+}
+
+impl<'m> LogScan<'m> {
+    /// Nothing read yet.
+    pub fn new(marker: &'m str) -> Self {
+        LogScan {
+            streams: Default::default(),
+            last: LastMatch::new(marker),
+        }
+    }
+
+    /// Feed one frame.
+    pub fn push(&mut self, chunk: &LogOutput) {
+        let (i, bytes) = match chunk {
+            LogOutput::StdOut { message } => (0, message),
+            LogOutput::StdErr { message } => (1, message),
+            LogOutput::Console { message } => (2, message),
+            LogOutput::StdIn { message } => (3, message),
+        };
+        let last = &mut self.last;
+        self.streams[i].push(bytes, |line| last.note(line));
+    }
+
+    /// The last matching line, counting lines the stream ended in the middle of.
+    pub fn finish(mut self) -> Option<String> {
+        let last = &mut self.last;
+        for s in &mut self.streams {
+            s.finish(|line| last.note(line));
+        }
+        self.last.into_last()
+    }
 }
 
 /// Short id and name of a listed container.

@@ -323,3 +323,62 @@ async fn no_socket_is_not_installed_and_a_dead_socket_is_refused() {
         refused.as_ref().err()
     );
 }
+
+/// docker's log frames split lines anywhere (here: inside the marker, and a line spread over
+/// three frames interleaved with stderr): the container-log reader still finds the line.
+#[test]
+fn a_log_line_split_across_docker_log_frames_is_matched() {
+    use super::docker::LogScan;
+    use bollard::container::LogOutput;
+    const MARKER: &str = "PLEG is not healthy";
+    const OLD: &str = "I1105 09:50:27.583544  548093 kubelet.go:1829] skipping pod synchronization - [PLEG is not healthy: pleg was last seen active 58h29m3.043779855s ago; threshold is 3m0s]";
+    const NEW: &str = r#"I1105 09:50:27.583544     123 kubelet.go:2412] "Skipping pod synchronization" err="[PLEG is not healthy: pleg was last seen active 3m45.252087921s ago; threshold is 3m0s]""#;
+    let out = |s: &str| LogOutput::StdOut {
+        message: s.as_bytes().to_vec().into(),
+    };
+    let err = |s: &str| LogOutput::StdErr {
+        message: s.as_bytes().to_vec().into(),
+    };
+    let i = NEW.find("PLEG is").unwrap_or(0) + 4;
+    for frames in [
+        vec![
+            out("I1105 starting\n"),
+            out(&NEW[..i]),
+            out(&NEW[i..]),
+            out("\n"),
+        ],
+        vec![
+            err(&OLD[..10]),
+            out(&NEW[..20]),
+            err(&OLD[10..]),
+            out(&NEW[20..i]),
+            err("\n"),
+            out(&format!("{}\nI1105 other\n", &NEW[i..])),
+        ],
+        // No final newline: the stream ended mid-line.
+        vec![out(&NEW[..i]), out(&NEW[i..])],
+    ] {
+        let mut scan = LogScan::new(MARKER);
+        for f in &frames {
+            scan.push(f);
+        }
+        assert_eq!(scan.finish().as_deref(), Some(NEW), "{frames:?}");
+    }
+    // Each half alone holds no marker: a per-frame search would miss it.
+    for half in [&NEW[..i], &NEW[i..]] {
+        let mut scan = LogScan::new(MARKER);
+        scan.push(&out(half));
+        assert_eq!(scan.finish(), None);
+    }
+    // A TTY container's console stream, split in every possible place.
+    for cut in 0..=OLD.len() {
+        let mut scan = LogScan::new(MARKER);
+        scan.push(&LogOutput::Console {
+            message: OLD.as_bytes()[..cut].to_vec().into(),
+        });
+        scan.push(&LogOutput::Console {
+            message: [&OLD.as_bytes()[cut..], b"\r\n"].concat().into(),
+        });
+        assert_eq!(scan.finish().as_deref(), Some(OLD), "cut at {cut}");
+    }
+}

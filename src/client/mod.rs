@@ -1,17 +1,24 @@
 //! Clients of what pleg-guard talks to: the system bus ([`bus`]), PID 1 on both paths
-//! ([`pid1`], over [`p2p`] or the bus), logind ([`logind`]), the docker engine ([`docker`])
-//! and a CRI v1 runtime such as containerd ([`cri`], with its own typed errors). Probes and actions both stand on this layer and import neither each other.
+//! ([`pid1`], over [`p2p`] or the bus), logind ([`logind`]), the docker engine ([`docker`],
+//! also a container's log), a CRI v1 runtime such as containerd ([`cri`], with its own typed
+//! errors), kubelet's healthz ([`kubelet`]) and the journal ([`journal`]); kubelet's log
+//! reaches both log readers in chunks joined by [`log_lines`]. Probes and actions both stand
+//! on this layer and import neither each other.
 //!
 //! Every client reports failures as one [`Error`] whose [`ErrorKind`] is decided by the type
 //! of what failed — an `io::ErrorKind`, a zbus or bollard error variant — never by its text.
 //! Its `Display` is exactly the underlying error's, so messages read as before.
 //!
 //! Fixture tests beside each client (`*/tests` modules, `fixtures/`) run without root: real
-//! D-Bus replies captured from PID 1 and from logind, docker JSON served by a fake engine.
+//! D-Bus replies captured from PID 1 and from logind, docker JSON served by a fake engine,
+//! healthz answers from a fake kubelet, real `journalctl` output captured from journald.
 
 pub mod bus;
 pub mod cri;
 pub mod docker;
+pub mod journal;
+pub mod kubelet;
+pub mod log_lines;
 pub mod logind;
 pub mod p2p;
 pub mod pid1;
@@ -20,8 +27,6 @@ pub mod pid1;
 mod dbus_fixture_tests;
 #[cfg(test)]
 mod docker_mock_tests;
-#[cfg(test)]
-mod kubelet_healthz_tests;
 
 use std::fmt;
 

@@ -12,9 +12,7 @@ use bollard::Docker;
 use tokio::time::Instant;
 
 use super::{observation, timed};
-/// kubelet's container-log reader connects through here.
-pub use crate::client::docker::connect;
-use crate::client::docker::{Listing, relist};
+use crate::client::docker::{Listing, connect, relist};
 use crate::target::{Facts, Observation, Target};
 
 /// Probes the docker engine and keeps its client between rounds.

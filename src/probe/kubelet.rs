@@ -5,17 +5,20 @@
 //! not healthy: ...]`, repeated at least every 5 s while PLEG is stuck. The lines are read
 //! from the unit's journal, or, for kubelets run as a docker container (RKE and the like),
 //! through the docker API.
+//!
+//! The reading is the clients' ([`crate::client::kubelet`] for healthz,
+//! [`crate::client::journal`] and [`crate::client::docker`] for the log); this probe decides
+//! the observation from what they found.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use futures_util::StreamExt;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 
-use super::journal_follow::JournalFollower;
-use super::log_lines::LineAssembler;
 use super::{bounded, timed_with_error};
+use crate::client::journal::follow::JournalFollower;
+use crate::client::kubelet::healthz;
+use crate::client::{self, ErrorKind};
 use crate::config::{HttpUrl, KubeletConfig};
 use crate::target::{Facts, Observation, PathResult, Target, TargetState};
 
@@ -102,7 +105,7 @@ impl KubeletProbe {
         };
         let (health, logs) = tokio::join!(health, logs);
         let (health, error) = health;
-        let refused = matches!(error, Some(HealthzError::Refused { .. }));
+        let refused = error.is_some_and(|e| e.kind() == ErrorKind::Refused);
         classify(
             installed,
             &self.healthz,
@@ -121,14 +124,17 @@ impl KubeletProbe {
     }
 
     /// The latest `PLEG is not healthy` line since `since`, if any.
-    async fn pleg_lines(&mut self, since: SystemTime) -> anyhow::Result<Option<String>> {
+    async fn pleg_lines(&mut self, since: SystemTime) -> Result<Option<String>, client::Error> {
         if let Some(f) = &mut self.follower {
-            f.ensure_running(since).map_err(|e| anyhow::anyhow!(e))?;
+            f.ensure_running(since)?;
             return Ok(f.latest_since(since, self.window));
         }
         match &self.container {
-            Some(name) => container_pleg_line(&self.docker_socket, name, since).await,
-            None => journal_pleg_line(&self.unit, since).await,
+            Some(name) => {
+                let docker = client::docker::connect(&self.docker_socket).await?;
+                client::docker::last_log_line(&docker, name, since, PLEG_MARKER).await
+            }
+            None => client::journal::last_matching_line(&self.unit, since, PLEG_MARKER).await,
         }
     }
 }
@@ -190,215 +196,6 @@ fn unit_installed(unit: &str) -> bool {
     UNIT_DIRS.iter().any(|d| Path::new(d).join(unit).exists())
 }
 
-/// Why kubelet's healthz did not say ok.
-#[derive(Debug, thiserror::Error)]
-enum HealthzError {
-    /// Nothing listens there (no kubelet, or not up yet).
-    #[error("connect to {url}: {source}")]
-    Refused {
-        /// The URL.
-        url: String,
-        /// The refusal.
-        source: std::io::Error,
-    },
-    /// Connecting, sending or reading failed otherwise.
-    #[error("{url}: {source}")]
-    Io {
-        /// The URL.
-        url: String,
-        /// The error.
-        source: std::io::Error,
-    },
-    /// It answered, but not 200.
-    #[error("{url} answered {status:?} {body}")]
-    Status {
-        /// The URL.
-        url: String,
-        /// The status line.
-        status: String,
-        /// The start of the body.
-        body: String,
-    },
-}
-
-/// GET the healthz URL with plain HTTP/1.0; `Ok` only for a 200 answer.
-async fn healthz(url: &HttpUrl) -> Result<String, HealthzError> {
-    let io = |source| HealthzError::Io {
-        url: url.to_string(),
-        source,
-    };
-    let mut stream = tokio::net::TcpStream::connect((url.host.as_str(), url.port))
-        .await
-        .map_err(|source| {
-            if source.kind() == std::io::ErrorKind::ConnectionRefused {
-                HealthzError::Refused {
-                    url: url.to_string(),
-                    source,
-                }
-            } else {
-                io(source)
-            }
-        })?;
-    let request = format!(
-        "GET {} HTTP/1.0\r\nHost: {}\r\nUser-Agent: pleg-guard\r\n\r\n",
-        url.path, url.host
-    );
-    stream.write_all(request.as_bytes()).await.map_err(io)?;
-    let mut response = Vec::with_capacity(512);
-    (&mut stream)
-        .take(64 * 1024)
-        .read_to_end(&mut response)
-        .await
-        .map_err(io)?;
-    let text = String::from_utf8_lossy(&response);
-    let status_line = text.lines().next().unwrap_or("");
-    let code = status_line.split_whitespace().nth(1).unwrap_or("");
-    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b).trim();
-    if code == "200" {
-        Ok(if body.is_empty() {
-            "200".to_owned()
-        } else {
-            body.chars().take(40).collect()
-        })
-    } else {
-        Err(HealthzError::Status {
-            url: url.to_string(),
-            status: status_line.to_owned(),
-            body: body.chars().take(80).collect(),
-        })
-    }
-}
-
-/// The latest PLEG line of `unit` in the journal since `since`.
-async fn journal_pleg_line(unit: &str, since: SystemTime) -> anyhow::Result<Option<String>> {
-    let since_s = since.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let mut child = tokio::process::Command::new("journalctl")
-        .args(["--no-pager", "--quiet", "-o", "cat", "-u", unit])
-        .arg(format!("--since=@{since_s}"))
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| anyhow::anyhow!("journalctl: {e}"))?;
-    let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
-        anyhow::bail!("journalctl: no output pipes");
-    };
-    // Streamed line by line: however much kubelet logged in the window, only one line and
-    // the last match are held (and the first 4 KiB of an error message).
-    let (last, err) = tokio::join!(last_pleg_line_of(stdout), head_of(stderr, 4096));
-    let status = child.wait().await?;
-    if !status.success() {
-        anyhow::bail!(
-            "journalctl failed: {}",
-            String::from_utf8_lossy(&err).trim()
-        );
-    }
-    last
-}
-
-/// The last PLEG line of a byte stream, read in bounded memory.
-async fn last_pleg_line_of(
-    mut r: impl tokio::io::AsyncRead + Unpin,
-) -> anyhow::Result<Option<String>> {
-    let mut lines = LineAssembler::new();
-    let mut last = None;
-    let mut chunk = vec![0u8; 16 * 1024];
-    loop {
-        let n = r.read(&mut chunk).await?;
-        if n == 0 {
-            break;
-        }
-        lines.push(&chunk[..n], |line| note_pleg_line(&mut last, line));
-    }
-    lines.finish(|line| note_pleg_line(&mut last, line));
-    Ok(last)
-}
-
-/// The first `max` bytes of a stream, reading (and dropping) the rest so the writer never
-/// blocks on a full pipe.
-async fn head_of(mut r: impl tokio::io::AsyncRead + Unpin, max: usize) -> Vec<u8> {
-    let mut head = Vec::new();
-    let mut chunk = [0u8; 4096];
-    while let Ok(n) = r.read(&mut chunk).await {
-        if n == 0 {
-            break;
-        }
-        let room = max.saturating_sub(head.len());
-        head.extend_from_slice(&chunk[..n.min(room)]);
-    }
-    head
-}
-
-/// The latest PLEG line of the kubelet container's log since `since`.
-async fn container_pleg_line(
-    socket: &Path,
-    name: &str,
-    since: SystemTime,
-) -> anyhow::Result<Option<String>> {
-    let docker = super::docker::connect(socket).await?;
-    // docker's `since` is whole seconds: round up, so that the last lines of a wedged instance
-    // written in the second kubelet was restarted do not count against the new one.
-    let since_s = since
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() + u64::from(d.subsec_nanos() > 0));
-    // ... and stop at the present: after the clock went back, lines written before the jump
-    // are stamped "in the future" and must not count as fresh (0 = no limit, past 2038).
-    let until_s = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() + 1);
-    let options = bollard::query_parameters::LogsOptions {
-        stdout: true,
-        stderr: true,
-        since: i32::try_from(since_s).unwrap_or(i32::MAX),
-        until: i32::try_from(until_s).unwrap_or(0),
-        tail: "all".to_owned(),
-        ..Default::default()
-    };
-    let mut stream = docker.logs(name, Some(options));
-    let mut scan = PlegScan::default();
-    while let Some(chunk) = stream.next().await {
-        scan.push(&chunk?);
-    }
-    Ok(scan.finish())
-}
-
-/// Finds the last PLEG line in docker's log stream, whose frames split lines anywhere: each
-/// stream (stdout, stderr, a TTY's console) is joined into whole lines on its own.
-#[derive(Default)]
-struct PlegScan {
-    streams: [LineAssembler; 4],
-    last: Option<String>,
-}
-
-impl PlegScan {
-    fn push(&mut self, chunk: &bollard::container::LogOutput) {
-        use bollard::container::LogOutput;
-        let (i, bytes) = match chunk {
-            LogOutput::StdOut { message } => (0, message),
-            LogOutput::StdErr { message } => (1, message),
-            LogOutput::Console { message } => (2, message),
-            LogOutput::StdIn { message } => (3, message),
-        };
-        let last = &mut self.last;
-        self.streams[i].push(bytes, |line| note_pleg_line(last, line));
-    }
-
-    fn finish(mut self) -> Option<String> {
-        let last = &mut self.last;
-        for s in &mut self.streams {
-            s.finish(|line| note_pleg_line(last, line));
-        }
-        self.last
-    }
-}
-
-fn note_pleg_line(last: &mut Option<String>, line: &str) {
-    if line.contains(PLEG_MARKER) {
-        *last = Some(line.chars().take(400).collect());
-    }
-}
-
 /// The last line of `log` that carries the PLEG marker.
 #[cfg(test)]
 fn last_pleg_line(log: &str) -> Option<String> {
@@ -440,76 +237,6 @@ mod tests {
             "PLEG is not healthy: pleg was last seen active 3m45.252087921s ago; threshold is 3m0s"
         );
         assert_eq!(last_pleg_line("I1105 fine\n"), None);
-    }
-
-    /// docker's log frames split lines anywhere (here: inside the marker, and a line spread
-    /// over three frames interleaved with stderr): the line is still found.
-    #[test]
-    fn a_pleg_line_split_across_docker_log_frames_is_matched() {
-        use bollard::container::LogOutput;
-        let out = |s: &str| LogOutput::StdOut {
-            message: s.as_bytes().to_vec().into(),
-        };
-        let err = |s: &str| LogOutput::StdErr {
-            message: s.as_bytes().to_vec().into(),
-        };
-        let i = NEW.find("PLEG is").unwrap() + 4;
-        for frames in [
-            vec![
-                out("I1105 starting\n"),
-                out(&NEW[..i]),
-                out(&NEW[i..]),
-                out("\n"),
-            ],
-            vec![
-                err(&OLD[..10]),
-                out(&NEW[..20]),
-                err(&OLD[10..]),
-                out(&NEW[20..i]),
-                err("\n"),
-                out(&format!("{}\nI1105 other\n", &NEW[i..])),
-            ],
-            // No final newline: the stream ended mid-line.
-            vec![out(&NEW[..i]), out(&NEW[i..])],
-        ] {
-            let mut scan = PlegScan::default();
-            for f in &frames {
-                scan.push(f);
-            }
-            assert_eq!(scan.finish().as_deref(), Some(NEW), "{frames:?}");
-        }
-        // Each half alone holds no marker: the old per-chunk search missed it.
-        assert_eq!(last_pleg_line(&NEW[..i]), None);
-        assert_eq!(last_pleg_line(&NEW[i..]), None);
-        // A TTY container's console stream, split in every possible place.
-        for cut in 0..=OLD.len() {
-            let mut scan = PlegScan::default();
-            scan.push(&LogOutput::Console {
-                message: OLD.as_bytes()[..cut].to_vec().into(),
-            });
-            scan.push(&LogOutput::Console {
-                message: [&OLD.as_bytes()[cut..], b"\r\n"].concat().into(),
-            });
-            assert_eq!(scan.finish().as_deref(), Some(OLD), "cut at {cut}");
-        }
-    }
-
-    /// The one-shot journal read streams: 3 MiB of log with the PLEG line in the middle of
-    /// it and a 1 MiB line without a newline at the end; the line is found.
-    #[tokio::test]
-    async fn the_last_pleg_line_is_found_in_a_large_stream() {
-        let mut log = Vec::new();
-        for i in 0..40_000 {
-            log.extend_from_slice(format!("I1105 line {i} of kubelet's chatter, nothing to see here at all, move on please\n").as_bytes());
-            if i == 20_000 {
-                log.extend_from_slice(NEW.as_bytes());
-                log.push(b'\n');
-            }
-        }
-        log.extend(std::iter::repeat_n(b'x', 1 << 20));
-        let found = last_pleg_line_of(&log[..]).await.unwrap();
-        assert_eq!(found.as_deref(), Some(NEW));
-        assert_eq!(head_of(&log[..], 10).await.len(), 10);
     }
 
     #[test]
@@ -561,5 +288,63 @@ mod tests {
     fn healthy_kubelet_is_ok() {
         let o = classify(true, &url(), "kubelet.service", ok(), false, Ok(None));
         assert_eq!(o.state, TargetState::Ok);
+    }
+
+    /// A container-run kubelet whose docker socket does not exist (so no log is read and
+    /// healthz alone decides), its healthz on `port`, probed with a 500 ms deadline.
+    async fn probe_healthz(port: u16) -> Observation {
+        let config = KubeletConfig {
+            enabled: true,
+            unit: "kubelet.service".into(),
+            container: Some("pleg-guard-test-no-such-kubelet".into()),
+            healthz_url: HttpUrl {
+                host: "127.0.0.1".into(),
+                port,
+                path: "/healthz".into(),
+            },
+            pleg_log_window: Duration::from_secs(60),
+        };
+        let mut p = KubeletProbe::new(
+            &config,
+            PathBuf::from("/nonexistent/pleg-guard-test/docker.sock"),
+        );
+        p.probe(
+            Instant::now() + Duration::from_millis(500),
+            Duration::from_millis(400),
+        )
+        .await
+    }
+
+    /// The healthz client's answers, as the probe words them (a fake kubelet on loopback).
+    #[tokio::test]
+    async fn healthz_answers_become_observations() {
+        use crate::client::kubelet::tests::{Healthz, closed_port, fake_kubelet};
+        let ok = fake_kubelet(Healthz::Says(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+        ));
+        let o = probe_healthz(ok.await).await;
+        assert_eq!(
+            (o.state, o.detail.as_str()),
+            (TargetState::Ok, "healthz ok")
+        );
+        assert_eq!(o.facts.healthz_ok, Some(true));
+
+        let failing = fake_kubelet(Healthz::Says(
+            b"HTTP/1.1 500 Internal Server Error\r\n\r\nno",
+        ));
+        let o = probe_healthz(failing.await).await;
+        assert_eq!(o.state, TargetState::Error, "{}", o.detail);
+        assert_eq!(o.facts.healthz_ok, Some(false));
+        assert!(o.detail.contains("500"), "{}", o.detail);
+
+        let garbage = fake_kubelet(Healthz::Says(b"\x00\xff not http"));
+        assert_eq!(probe_healthz(garbage.await).await.state, TargetState::Error);
+
+        // Refused, and no kubelet installed: no kubelet here.
+        let o = probe_healthz(closed_port().await).await;
+        assert_eq!(o.state, TargetState::Absent, "{}", o.detail);
+
+        let o = probe_healthz(fake_kubelet(Healthz::Hangs).await).await;
+        assert_eq!(o.state, TargetState::Unresponsive, "{}", o.detail);
     }
 }

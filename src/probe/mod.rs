@@ -10,9 +10,7 @@
 pub mod containerd;
 pub mod dbus;
 pub mod docker;
-pub mod journal_follow;
 pub mod kubelet;
-pub mod log_lines;
 pub mod logind;
 pub mod systemd;
 
@@ -89,7 +87,8 @@ impl Prober {
         }
     }
 
-    /// Follow kubelet's journal continuously (for the daemon; see [`journal_follow`]).
+    /// Follow kubelet's journal continuously (for the daemon; see
+    /// [`crate::client::journal::follow`]).
     pub fn follow_kubelet_journal(&mut self) {
         self.kubelet.follow_journal();
     }

@@ -13,7 +13,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::io::AsyncReadExt;
 use tokio::task::JoinHandle;
 
-use super::log_lines::LineAssembler;
+use super::JournalError;
+use crate::client::Error;
+use crate::client::log_lines::{LineAssembler, MAX_MATCH_CHARS};
 
 /// The newest matching line, its journal timestamp and when it was read (monotonic: a wall
 /// clock that jumps must not make an old line look new).
@@ -48,7 +50,7 @@ impl JournalFollower {
 
     /// Start `journalctl --follow` (from `since`) unless it is running. Must be called inside
     /// the tokio runtime.
-    pub fn ensure_running(&mut self, since: SystemTime) -> Result<(), String> {
+    pub fn ensure_running(&mut self, since: SystemTime) -> Result<(), Error> {
         if self.task.as_ref().is_some_and(|t| !t.is_finished()) {
             return Ok(());
         }
@@ -74,11 +76,8 @@ impl JournalFollower {
             .stderr(std::process::Stdio::null())
             .kill_on_drop(true)
             .spawn()
-            .map_err(|e| format!("journalctl: {e}"))?;
-        let stdout = child
-            .stdout
-            .take()
-            .ok_or_else(|| "journalctl: no stdout".to_owned())?;
+            .map_err(|source| JournalError::Spawn { source })?;
+        let stdout = child.stdout.take().ok_or(JournalError::NoPipe("stdout"))?;
         let latest = Arc::clone(&self.latest);
         let marker = self.marker;
         self.task = Some(tokio::spawn(async move {
@@ -132,7 +131,7 @@ fn note_line(latest: &Latest, marker: &str, line: &str, read_at: Instant) {
             *l = Some(Seen {
                 at,
                 read_at,
-                line: line.chars().take(400).collect(),
+                line: line.chars().take(MAX_MATCH_CHARS).collect(),
             });
         }
     }
@@ -146,8 +145,22 @@ pub(crate) fn note_line_for_test(line: &str) {
     let kept = latest.lock().ok().and_then(|l| l.clone());
     if let Some(s) = kept {
         assert!(s.at <= SystemTime::now());
-        assert!(s.line.chars().count() <= 400);
+        assert!(s.line.chars().count() <= MAX_MATCH_CHARS);
     }
+}
+
+/// What a follower keeps after reading `output` (`-o short-unix` bytes) in `chunk`-byte
+/// reads: the newest line holding `marker`.
+#[cfg(test)]
+pub(super) fn newest_match_for_test(output: &[u8], chunk: usize, marker: &str) -> Option<String> {
+    let latest: Latest = Arc::new(Mutex::new(None));
+    let mut lines = LineAssembler::new();
+    for c in output.chunks(chunk.max(1)) {
+        lines.push(c, |line| note_line(&latest, marker, line, Instant::now()));
+    }
+    lines.finish(|line| note_line(&latest, marker, line, Instant::now()));
+    let kept = latest.lock().ok().and_then(|l| l.clone());
+    kept.map(|s| s.line)
 }
 
 #[cfg(test)]

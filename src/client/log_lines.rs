@@ -4,7 +4,10 @@
 //! stream frames and `journalctl`'s pipe reads can split a line anywhere (even inside a UTF-8
 //! character). [`LineAssembler`] joins the pieces, hands out each line once it is complete,
 //! and keeps at most [`MAX_LINE`] bytes of any one line (the rest of an overlong line is
-//! dropped, so a stream without newlines cannot grow memory without bound).
+//! dropped, so a stream without newlines cannot grow memory without bound). [`LastMatch`]
+//! keeps the newest line that holds a marker, the fact the kubelet log readers report.
+//!
+//! Shared by the journal ([`super::journal`]) and docker ([`super::docker`]) log readers.
 
 /// The most bytes kept of one line (journald's default `LineMax` is 48 KiB).
 pub const MAX_LINE: usize = 64 * 1024;
@@ -66,6 +69,35 @@ impl LineAssembler {
         each(line.strip_suffix('\r').unwrap_or(&line));
         self.partial.clear();
         self.overlong = false;
+    }
+}
+
+/// The most characters kept of a matching line.
+pub const MAX_MATCH_CHARS: usize = 400;
+
+/// The newest line holding a marker (its first [`MAX_MATCH_CHARS`] characters).
+#[derive(Debug)]
+pub struct LastMatch<'m> {
+    marker: &'m str,
+    last: Option<String>,
+}
+
+impl<'m> LastMatch<'m> {
+    /// Nothing matched yet.
+    pub fn new(marker: &'m str) -> Self {
+        LastMatch { marker, last: None }
+    }
+
+    /// Keep `line` if it holds the marker.
+    pub fn note(&mut self, line: &str) {
+        if line.contains(self.marker) {
+            self.last = Some(line.chars().take(MAX_MATCH_CHARS).collect());
+        }
+    }
+
+    /// The newest matching line, if any.
+    pub fn into_last(self) -> Option<String> {
+        self.last
     }
 }
 
