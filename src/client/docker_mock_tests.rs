@@ -23,10 +23,16 @@ enum Answer {
     Raw(Vec<u8>),
 }
 
-/// The engine's routes: `/containers/json` and `/containers/<id>/json`; `/version` is built in.
+/// The engine's routes: `/containers/json`, `/containers/<id>/json` and
+/// `/containers/<id>/logs`; `/version` is built in.
 struct Engine {
     list: Answer,
     inspect: Box<dyn Fn(&str) -> Answer + Send + Sync>,
+    logs: Answer,
+}
+
+fn no_logs() -> Answer {
+    Answer::Json(404, r#"{"message":"No such container"}"#.into())
 }
 
 const VERSION: &str = r#"{"Version":"20.10.24","ApiVersion":"1.41","MinAPIVersion":"1.12","Os":"linux","Arch":"amd64"}"#;
@@ -82,6 +88,8 @@ async fn serve_one(mut s: UnixStream, engine: Arc<Engine>) -> std::io::Result<()
         .and_then(|p| p.strip_suffix("/json"))
     {
         (engine.inspect)(id)
+    } else if path.starts_with("/containers/") && path.ends_with("/logs") {
+        engine.logs.clone()
     } else {
         Answer::Json(404, r#"{"message":"page not found"}"#.into())
     };
@@ -137,6 +145,7 @@ async fn a_real_listing_counts_the_dead() {
       {"Id":"cccccccccccccccccccccccc","Names":["/k8s_app_web-2"],"Image":"busybox","State":"removing","Status":"Removal In Progress"}
     ]"#;
     let got = relist_at(Engine {
+        logs: no_logs(),
         list: Answer::Json(200, list.into()),
         inspect: Box::new(|id| {
             let status = if id.starts_with('a') {
@@ -178,6 +187,7 @@ async fn missing_fields_and_null_names_are_no_panic() {
       {"Id":"e","Names":null,"State":"dead"}
     ]"#;
     let got = relist_at(Engine {
+        logs: no_logs(),
         list: Answer::Json(200, list.into()),
         inspect: inspect_status("dead"),
     })
@@ -199,6 +209,7 @@ async fn huge_strings_are_carried_not_choked_on() {
     let name = "n".repeat(1 << 20);
     let list = format!(r#"[{{"Id":"ffffffffffffffff","Names":["/{name}"],"State":"dead"}}]"#);
     let got = relist_at(Engine {
+        logs: no_logs(),
         list: Answer::Json(200, list),
         inspect: inspect_status("dead"),
     })
@@ -219,6 +230,7 @@ async fn wrong_types_are_protocol_errors() {
         r#"[{"Id":"a","State":"zombie"}]"#,
     ] {
         let got = relist_at(Engine {
+            logs: no_logs(),
             list: Answer::Json(200, list.into()),
             inspect: inspect_status("running"),
         })
@@ -236,6 +248,7 @@ async fn wrong_types_are_protocol_errors() {
 async fn garbage_json_is_a_protocol_error() {
     for body in ["", "not json", "[{", "\u{0}\u{1}\u{2}"] {
         let got = relist_at(Engine {
+            logs: no_logs(),
             list: Answer::Json(200, body.into()),
             inspect: inspect_status("running"),
         })
@@ -250,6 +263,7 @@ async fn garbage_json_is_a_protocol_error() {
 #[tokio::test]
 async fn an_inspect_with_a_wrong_type_is_a_protocol_error() {
     let got = relist_at(Engine {
+        logs: no_logs(),
         list: Answer::Json(200, r#"[{"Id":"a","State":"dead"}]"#.into()),
         inspect: Box::new(|_| Answer::Json(200, r#"{"Id":"a","State":{"Status":7}}"#.into())),
     })
@@ -263,6 +277,7 @@ async fn an_inspect_with_a_wrong_type_is_a_protocol_error() {
 #[tokio::test]
 async fn a_server_error_is_failed_with_the_engines_message() {
     let got = relist_at(Engine {
+        logs: no_logs(),
         list: Answer::Json(500, r#"{"message":"layer does not exist"}"#.into()),
         inspect: inspect_status("running"),
     })
@@ -277,6 +292,7 @@ async fn a_server_error_is_failed_with_the_engines_message() {
 #[tokio::test]
 async fn a_hang_up_mid_answer_is_a_disconnect() {
     let got = relist_at(Engine {
+        logs: no_logs(),
         list: Answer::Raw(
             b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 500\r\n\r\n[{\"Id\""
                 .to_vec(),
@@ -293,6 +309,7 @@ async fn a_hang_up_mid_answer_is_a_disconnect() {
 #[tokio::test]
 async fn not_http_at_all_is_no_panic() {
     let got = relist_at(Engine {
+        logs: no_logs(),
         list: Answer::Raw(b"\x00\x01garbage\r\n\r\n".to_vec()),
         inspect: inspect_status("running"),
     })
@@ -381,4 +398,66 @@ fn a_log_line_split_across_docker_log_frames_is_matched() {
         });
         assert_eq!(scan.finish().as_deref(), Some(OLD), "cut at {cut}");
     }
+}
+
+/// One frame of docker's multiplexed log stream (stream 1 stdout, 2 stderr).
+fn frame(stream: u8, bytes: &[u8]) -> Vec<u8> {
+    let len = u32::try_from(bytes.len()).unwrap_or(u32::MAX);
+    let mut out = vec![stream, 0, 0, 0];
+    out.extend_from_slice(&len.to_be_bytes());
+    out.extend_from_slice(bytes);
+    out
+}
+
+async fn last_log_line_at(logs: Answer) -> Result<Option<String>, Error> {
+    let path = fake_engine(Engine {
+        list: Answer::Json(200, "[]".into()),
+        inspect: inspect_status("running"),
+        logs,
+    });
+    let run = async {
+        let docker = connect(&path).await?;
+        super::docker::last_log_line(
+            &docker,
+            "kubelet",
+            std::time::SystemTime::now(),
+            "PLEG is not healthy",
+        )
+        .await
+    };
+    let got = tokio::time::timeout(Duration::from_secs(10), run).await;
+    let _ = std::fs::remove_file(&path);
+    match got {
+        Ok(r) => r,
+        Err(_) => Err(Error::new(ErrorKind::Timeout, "the fake engine test hung")),
+    }
+}
+
+/// A container-run kubelet's log, as the engine streams it: frames that cut lines anywhere,
+/// stdout and stderr interleaved, invalid UTF-8; the newest PLEG line is found. A missing
+/// container is the engine's error, not a panic.
+#[tokio::test]
+async fn the_newest_pleg_line_of_a_container_log_is_found() {
+    const NEW: &str = r#"I1105 09:50:31.000000  548093 kubelet.go:2412] "Skipping pod synchronization" err="[PLEG is not healthy: pleg was last seen active 3m45.252087921s ago; threshold is 3m0s]""#;
+    let old = b"I1105 09:50:27.583544  548093 kubelet.go:1829] skipping pod synchronization - [PLEG is not healthy: \xff\xfe]\n";
+    let mut body = frame(2, &old[..30]);
+    body.extend(frame(1, b"I1105 other\n"));
+    body.extend(frame(2, &old[30..]));
+    body.extend(frame(1, &NEW.as_bytes()[..60]));
+    body.extend(frame(1, &NEW.as_bytes()[60..]));
+    body.extend(frame(1, b"\nI1105 after\n"));
+    let mut http = format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: application/vnd.docker.multiplexed-stream\r\nApi-Version: 1.41\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    http.extend(body);
+    let got = last_log_line_at(Answer::Raw(http)).await;
+    assert_eq!(got.ok().flatten().as_deref(), Some(NEW));
+
+    let missing = last_log_line_at(no_logs()).await;
+    let Err(e) = missing else {
+        panic!("a missing container had a log: {missing:?}")
+    };
+    assert_eq!(e.kind(), ErrorKind::Failed, "{e}");
 }
