@@ -700,15 +700,24 @@ fn lead_once(env: &BedEnv, rate: u64, headroom: u64, before_s: u64) -> Option<Le
     let load = bed.bus_load(rate as f64);
     let t0 = Instant::now();
     bed.start_pleg_guard();
-    let started = bed.wait_event(
-        "action-started",
-        &[("PLEG_GUARD_ACTION", "daemon-reexec")],
-        Duration::from_secs(180),
-    );
-    let at = t0.elapsed().as_secs_f64();
+    // Poll the load's latest reply serial while waiting: after the reexec PID 1 starts again
+    // near 0, so the highest serial seen is the one at the reexec.
+    let mut last = 0u64;
+    let (started, at) = loop {
+        last = last.max(u64::from(load.last_serial()));
+        let found = bed
+            .journal(&["-u", "pleg-guard", "PLEG_GUARD_EVENT=action-started"])
+            .into_iter()
+            .find(|e| field(e, "PLEG_GUARD_ACTION") == Some("daemon-reexec"));
+        if let Some(e) = found {
+            break (e, t0.elapsed().as_secs_f64());
+        }
+        if t0.elapsed() > Duration::from_secs(180) {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
     let message = field(&started, "MESSAGE").unwrap_or("").to_owned();
-    // PID 1's serial right now (the load's latest reply) is at most a second past the start
-    let last = u64::from(load.last_serial());
     load.stop();
     let serials_left = SERIAL_MAX.saturating_sub(last);
     eprintln!("   {message}");

@@ -65,6 +65,9 @@ impl JournalFollower {
                 "--quiet",
                 "--follow",
                 "--merge",
+                // `--all`: without it an entry holding invalid UTF-8 (a PLEG line among them)
+                // is shown as `[NNNB blob data]` and never matched.
+                "--all",
                 "-o",
                 "short-unix",
                 "-u",

@@ -11,6 +11,8 @@ use crate::client::log_lines::{LastMatch, LineAssembler, MAX_LINE, MAX_MATCH_CHA
 const MARKER: &str = "PLEG is not healthy";
 const CAT: &[u8] = include_bytes!("../fixtures/journal/kubelet.cat");
 const SHORT_UNIX: &[u8] = include_bytes!("../fixtures/journal/kubelet.short-unix");
+/// The same journal with `--all`, as the follower reads it.
+const SHORT_UNIX_ALL: &[u8] = include_bytes!("../fixtures/journal/kubelet.short-unix-all");
 const JSON: &[u8] = include_bytes!("../fixtures/journal/kubelet.json");
 
 /// kubelet < 1.21 (klog text).
@@ -131,23 +133,35 @@ fn a_huge_line_is_bounded_and_the_line_after_it_is_found() {
     assert_eq!(kept.chars().count(), MAX_MATCH_CHARS);
 }
 
-/// `-o short-unix` (the daemon's follower), in several read sizes: every entry is stamped,
-/// and the follower keeps the newest PLEG line. journalctl shows entries holding invalid
-/// UTF-8 as `[NNNB blob data]` in this format, so the follower does not see the PLEG line
-/// with bad bytes (the one-shot `-o cat` read does).
+/// `-o short-unix` without `--all`: journalctl shows entries holding invalid UTF-8 as
+/// `[NNNB blob data]`, so a PLEG line with one bad byte would be lost. That is why the
+/// follower asks for `--all` (next test).
 #[test]
-fn the_follower_keeps_the_newest_pleg_line_of_real_short_unix_output() {
+fn without_all_journalctl_hides_a_pleg_line_with_bad_bytes() {
     let (lines, _) = lines_in_chunks(SHORT_UNIX, SHORT_UNIX.len());
     assert_eq!(lines.len(), 8);
     for l in &lines {
         assert!(parse_short_unix(l).is_some(), "unstamped: {l:.80}");
     }
     assert!(lines[3].ends_with("]: [181B blob data]"), "{}", lines[3]);
+}
+
+/// `--all -o short-unix` (the daemon's follower), in several read sizes: every entry is
+/// stamped, the PLEG line with invalid UTF-8 is there, and the follower keeps the newest PLEG
+/// line.
+#[test]
+fn the_follower_keeps_the_newest_pleg_line_of_real_short_unix_output() {
+    let (lines, _) = lines_in_chunks(SHORT_UNIX_ALL, SHORT_UNIX_ALL.len());
+    assert_eq!(lines.len(), 8);
+    for l in &lines {
+        assert!(parse_short_unix(l).is_some(), "unstamped: {l:.80}");
+    }
+    assert!(lines[3].contains(MARKER), "{}", lines[3]);
     let want: String = lines[6].chars().take(MAX_MATCH_CHARS).collect();
     assert!(want.ends_with(NEW), "{want}");
     for chunk in [1, 7, 100, 4096, 16 * 1024] {
         assert_eq!(
-            newest_match_for_test(SHORT_UNIX, chunk, MARKER).as_deref(),
+            newest_match_for_test(SHORT_UNIX_ALL, chunk, MARKER).as_deref(),
             Some(want.as_str()),
             "chunk {chunk}"
         );
