@@ -44,12 +44,21 @@ impl SystemdProbe {
     ) -> Observation {
         let socket_exists = self.private_socket.exists();
         let mut bus_serial: Option<u32> = None;
+        let mut bus_version: Option<String> = None;
+        let mut private_version: Option<String> = None;
         let serial_slot = &mut bus_serial;
+        let bus_version_slot = &mut bus_version;
+        let private_version_slot = &mut private_version;
         let bus_path = async move {
             match bus.await {
-                BusState::Up(conn) => {
-                    Some(timed(deadline, slow_after, ask_on_bus(conn, serial_slot)).await)
-                }
+                BusState::Up(conn) => Some(
+                    timed(
+                        deadline,
+                        slow_after,
+                        ask_on_bus(conn, serial_slot, bus_version_slot),
+                    )
+                    .await,
+                ),
                 BusState::Failed(f) => Some(f.into_path(start, "the system bus")),
                 BusState::Absent => None,
             }
@@ -67,7 +76,10 @@ impl SystemdProbe {
                         Pid1::connect(Route::Private, &private_socket, Path::new("")).await?,
                     ),
                 };
-                conn.version().await.map(|v| format!("version {v}"))
+                let v = conn.version().await?;
+                let detail = format!("version {v}");
+                *private_version_slot = Some(v);
+                Ok::<_, client::Error>(detail)
             })
             .await;
             Some(path)
@@ -82,7 +94,9 @@ impl SystemdProbe {
         {
             self.private = cached;
         }
-        let mut observation = summarize(bus_result, private_result);
+        // The version as the typed answer of whichever path gave one (the private socket first).
+        let version = private_version.or(bus_version);
+        let mut observation = summarize(bus_result, private_result, version);
         observation.facts.bus_serial = bus_serial;
         observation
     }
@@ -99,21 +113,26 @@ const PROBE_UNIT: &str = "-.slice";
 /// callback and drop its bus connection, which blurs the very signature we look for. The
 /// `Version` read follows only a reply, i.e. while PID 1 can still send. An error reply
 /// (`NoSuchUnit`) is an answer too: PID 1 sent it.
-async fn ask_on_bus(conn: Connection, serial: &mut Option<u32>) -> Result<String, client::Error> {
+async fn ask_on_bus(
+    conn: Connection,
+    serial: &mut Option<u32>,
+    version: &mut Option<String>,
+) -> Result<String, client::Error> {
     *serial = Some(pid1::get_unit_reply_serial(&conn, PROBE_UNIT).await?);
     let v = Pid1::Bus(conn).version().await?;
-    Ok(format!("version {v}"))
+    let detail = format!("version {v}");
+    *version = Some(v);
+    Ok(detail)
 }
 
 /// Combine the two paths into one observation: the target is as bad as its worse path (a
-/// wedged bus path is a problem even when the private socket answers), and the version comes
-/// from whichever path answered.
-fn summarize(bus: Option<PathResult>, private: Option<PathResult>) -> Observation {
-    let version = [&private, &bus]
-        .into_iter()
-        .flatten()
-        .find(|p| !p.state.is_failure())
-        .and_then(|p| p.detail.strip_prefix("version ").map(str::to_owned));
+/// wedged bus path is a problem even when the private socket answers); `version` is what a
+/// path that answered said (typed, never read back from a path's text).
+fn summarize(
+    bus: Option<PathResult>,
+    private: Option<PathResult>,
+    version: Option<String>,
+) -> Observation {
     let describe = |name: &str, p: &Option<PathResult>| match p {
         Some(p) => format!(
             "{name}: {} {}ms",
@@ -215,6 +234,7 @@ mod tests {
         let o = summarize(
             Some(path(TargetState::Unresponsive, "no answer")),
             Some(path(TargetState::Ok, "version 219")),
+            Some("219".into()),
         );
         assert_eq!(o.state, TargetState::Unresponsive);
         assert_eq!(o.facts.systemd_version.as_deref(), Some("219"));
@@ -227,6 +247,7 @@ mod tests {
         let o = summarize(
             Some(path(TargetState::Ok, "version 252.38-1~deb12u1")),
             Some(path(TargetState::Slow, "version 252.38-1~deb12u1")),
+            Some("252.38-1~deb12u1".into()),
         );
         assert_eq!(o.state, TargetState::Slow);
         assert_eq!(o.facts.systemd_version.as_deref(), Some("252.38-1~deb12u1"));
@@ -234,6 +255,6 @@ mod tests {
 
     #[test]
     fn nothing_is_absent() {
-        assert_eq!(summarize(None, None).state, TargetState::Absent);
+        assert_eq!(summarize(None, None, None).state, TargetState::Absent);
     }
 }
