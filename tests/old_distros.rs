@@ -78,24 +78,6 @@ fn deb() -> &'static Path {
     })
 }
 
-/// Waits until `systemctl is-active` says `want`.
-fn wait_active(bed: &Bed, want: &str, timeout: Duration) {
-    let start = Instant::now();
-    let mut last = String::new();
-    while start.elapsed() < timeout {
-        let o = bed.sh(&format!("systemctl is-active {UNIT}"));
-        last = String::from_utf8_lossy(&o.stdout).trim().to_string();
-        if last == want {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    }
-    panic!(
-        "{UNIT} is {last:?}, not {want:?}, after {timeout:?}\n{}",
-        bed.pleg_guard_diagnostics()
-    );
-}
-
 /// pleg-guard's journal entries of this event with these fields.
 fn events(bed: &Bed, event: &str, extra: &[(&str, &str)]) -> usize {
     let mut args = vec![
@@ -166,7 +148,7 @@ fn smoke(suite: &str, systemd: u32) {
         "{out}"
     );
     // Type=notify: active means READY=1 arrived
-    wait_active(&bed, "active", secs(60));
+    bed.wait_active(UNIT, "active", secs(60));
     assert_eq!(bed.unit_property(UNIT, "Type"), "notify");
     assert_eq!(bed.unit_property(UNIT, "NRestarts"), "0");
     bed.sh_ok("test -d /var/lib/pleg-guard");

@@ -136,24 +136,6 @@ fn rpm_q(args: &[&str]) -> String {
 // .deb in a booted bed
 // ------------------------------------------------------------------------------------------------
 
-/// Polls until `systemctl is-active` says `want`; panics with the diagnostics otherwise.
-fn wait_active(bed: &Bed, want: &str, timeout: Duration) {
-    let start = Instant::now();
-    let mut last = String::new();
-    while start.elapsed() < timeout {
-        let o = bed.sh(&format!("systemctl is-active {UNIT}"));
-        last = String::from_utf8_lossy(&o.stdout).trim().to_string();
-        if last == want {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    }
-    panic!(
-        "{UNIT} is {last:?}, not {want:?}, after {timeout:?}\n{}",
-        bed.pleg_guard_diagnostics()
-    );
-}
-
 /// `dpkg -i`/`-r`/`-P` inside the bed, noninteractive; panics with dpkg's output on failure.
 fn dpkg(bed: &Bed, args: &str) -> String {
     bed.sh_ok(&format!(
@@ -195,7 +177,7 @@ fn deb_installs_upgrades_removes_and_purges_in_a_booted_bed() {
         "enabled"
     );
     // Type=notify: "active" means READY=1 arrived (the daemon finished its first round).
-    wait_active(&bed, "active", secs(60));
+    bed.wait_active(UNIT, "active", secs(60));
     let started = bed.journal(&["-u", UNIT, "_PID=1"]);
     assert!(
         started
@@ -281,7 +263,7 @@ fn deb_installs_upgrades_removes_and_purges_in_a_booted_bed() {
         edited,
         "reinstall"
     );
-    wait_active(&bed, "active", secs(60));
+    bed.wait_active(UNIT, "active", secs(60));
 
     let before = bed.unit_property(UNIT, "InvocationID");
     let out = dpkg(&bed, &format!("-i {}", in_bed(&newer)));
@@ -305,7 +287,7 @@ fn deb_installs_upgrades_removes_and_purges_in_a_booted_bed() {
         bed.sh_ok(&format!("systemctl is-enabled {UNIT}")),
         "enabled"
     );
-    wait_active(&bed, "active", secs(60));
+    bed.wait_active(UNIT, "active", secs(60));
     let after = bed.unit_property(UNIT, "InvocationID");
     assert_ne!(
         before, after,

@@ -100,11 +100,7 @@ pub fn observe(
     }
     Observation {
         target: Target::Containerd,
-        state: if latency > slow_after {
-            TargetState::Slow
-        } else {
-            TargetState::Ok
-        },
+        state: super::answered(latency, slow_after),
         latency,
         detail,
         facts: Facts {

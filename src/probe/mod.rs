@@ -277,11 +277,7 @@ pub async fn timed_with_error<E: std::fmt::Display>(
     let mut error = None;
     let path = match result {
         Ok(Ok(detail)) => PathResult {
-            state: if latency > slow_after {
-                TargetState::Slow
-            } else {
-                TargetState::Ok
-            },
+            state: answered(latency, slow_after),
             latency,
             detail,
         },
@@ -314,6 +310,15 @@ pub fn observation(target: Target, path: PathResult) -> Observation {
         latency: path.latency,
         detail: path.detail,
         facts: Default::default(),
+    }
+}
+
+/// The state of a call that answered: `ok`, or `slow` above `slow_after`.
+pub fn answered(latency: Duration, slow_after: Duration) -> TargetState {
+    if latency > slow_after {
+        TargetState::Slow
+    } else {
+        TargetState::Ok
     }
 }
 

@@ -679,6 +679,25 @@ impl Bed {
         self.sh_ok("systemctl daemon-reload");
     }
 
+    /// Polls until `systemctl is-active UNIT` says `want`; panics with the diagnostics
+    /// otherwise.
+    pub fn wait_active(&self, unit: &str, want: &str, timeout: Duration) {
+        let start = Instant::now();
+        let mut last = String::new();
+        while start.elapsed() < timeout {
+            let o = self.sh(&format!("systemctl is-active {unit}"));
+            last = String::from_utf8_lossy(&o.stdout).trim().to_string();
+            if last == want {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        panic!(
+            "{unit} is {last:?}, not {want:?}, after {timeout:?}\n{}",
+            self.pleg_guard_diagnostics()
+        );
+    }
+
     /// `systemctl start pleg-guard` (returns after READY=1); panics with status and journal.
     pub fn start_pleg_guard(&self) {
         let o = self.sh("timeout 90 systemctl start pleg-guard");
