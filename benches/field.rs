@@ -672,9 +672,6 @@ fn footprint_once(env: &BedEnv, window: u64) -> Footprint {
     }
 }
 
-/// The last serial an affected sd-bus can send.
-const SERIAL_MAX: u64 = u32::MAX as u64;
-
 /// One planned reexec before the overflow on the affected bed.
 struct Lead {
     /// Serials PID 1 had left when pleg-guard started the reexec.
@@ -706,9 +703,9 @@ fn lead_once(env: &BedEnv, rate: u64, headroom: u64, before_s: u64) -> Option<Le
     let (started, at) = loop {
         last = last.max(u64::from(load.last_serial()));
         let found = bed
-            .journal(&["-u", "pleg-guard", "PLEG_GUARD_EVENT=action-started"])
+            .pleg_guard_events("action-started", &[("PLEG_GUARD_ACTION", "daemon-reexec")])
             .into_iter()
-            .find(|e| field(e, "PLEG_GUARD_ACTION") == Some("daemon-reexec"));
+            .next();
         if let Some(e) = found {
             break (e, t0.elapsed().as_secs_f64());
         }

@@ -313,32 +313,6 @@ fn containerd_bed(env: &BedEnv) -> Bed {
 
 const DIAGNOSE_CONFIG: &str = "[probe]\ntimeout = \"2s\"\nslow_after = \"1s\"\n";
 
-/// `diagnose --json` in the bed: (exit code, report, wall time).
-fn diagnose(bed: &Bed) -> (i32, Value, Duration) {
-    bed.write_file("/etc/pleg-guard/config.toml", DIAGNOSE_CONFIG);
-    let start = Instant::now();
-    let o = bed.exec(&["pleg-guard", "diagnose", "--json"], secs(30));
-    let took = start.elapsed();
-    let report: Value = serde_json::from_slice(&o.stdout)
-        .unwrap_or_else(|e| panic!("diagnose --json printed no JSON ({e}): {}", show(&o)));
-    (o.status.code().unwrap_or(-1), report, took)
-}
-
-fn state<'a>(r: &'a Value, target: &str) -> &'a str {
-    r["targets"][target]["state"].as_str().unwrap_or("?")
-}
-
-fn finding_ids(r: &Value) -> Vec<String> {
-    r["findings"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|f| f["id"].as_str().map(str::to_owned))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// `diagnose --json` on the host against the bed containerd only (every other target off).
 fn host_diagnose() -> Value {
     let dir = std::env::temp_dir().join(unique_name("containerd-conf"));
@@ -413,15 +387,15 @@ fn containerd_node_is_watched_through_cri() {
     assert!(med < secs(1), "median relist {med:?}");
 
     let bed = containerd_bed(&env);
-    let (code, r, _) = diagnose(&bed);
+    let (code, r, _) = bed.diagnose_json(DIAGNOSE_CONFIG);
     for t in ["dbus", "systemd", "logind", "containerd", "kubelet"] {
         assert!(
-            matches!(state(&r, t), "ok" | "slow"),
+            matches!(report_state(&r, t), "ok" | "slow"),
             "{t} is {} on a healthy containerd node: {r:#}",
-            state(&r, t)
+            report_state(&r, t)
         );
     }
-    assert_eq!(state(&r, "docker"), "absent", "{r:#}");
+    assert_eq!(report_state(&r, "docker"), "absent", "{r:#}");
     let facts = &r["targets"]["containerd"]["facts"];
     assert!(facts["containers"].as_u64().unwrap_or(0) >= 3, "{r:#}");
     assert!(facts["sandboxes"].as_u64().unwrap_or(0) >= 1, "{r:#}");
@@ -472,17 +446,20 @@ fn containerd_node_is_watched_through_cri() {
             .status
             .success()
     });
-    let (code, r, _) = diagnose(&bed);
-    assert_eq!(state(&r, "kubelet"), "error", "{r:#}");
-    assert!(matches!(state(&r, "containerd"), "ok" | "slow"), "{r:#}");
+    let (code, r, _) = bed.diagnose_json(DIAGNOSE_CONFIG);
+    assert_eq!(report_state(&r, "kubelet"), "error", "{r:#}");
+    assert!(
+        matches!(report_state(&r, "containerd"), "ok" | "slow"),
+        "{r:#}"
+    );
     assert_eq!(finding_ids(&r), vec!["kubelet-pleg-unhealthy"], "{r:#}");
     assert_eq!(code, 1);
     bed.kubelet_heal();
 
     // the socket goes away (containerd uninstalled, or its /run entry gone): absent
     bed.sh_ok("umount /run/containerd && ! test -e /run/containerd/containerd.sock");
-    let (_, r, _) = diagnose(&bed);
-    assert_eq!(state(&r, "containerd"), "absent", "{r:#}");
+    let (_, r, _) = bed.diagnose_json(DIAGNOSE_CONFIG);
+    assert_eq!(report_state(&r, "containerd"), "absent", "{r:#}");
     assert!(
         r["targets"]["containerd"]["detail"]
             .as_str()
@@ -505,8 +482,8 @@ fn hung_containerd_is_unresponsive_and_kubelet_restart_waits() {
     let pid = containerd_pid();
 
     let stopped = sigstop(pid, "containerd");
-    let (code, r, took) = diagnose(&bed);
-    assert_eq!(state(&r, "containerd"), "unresponsive", "{r:#}");
+    let (code, r, took) = bed.diagnose_json(DIAGNOSE_CONFIG);
+    assert_eq!(report_state(&r, "containerd"), "unresponsive", "{r:#}");
     assert!(
         r["targets"]["containerd"]["detail"]
             .as_str()
@@ -618,11 +595,14 @@ fn stopped_shim_is_invisible_to_the_relist() {
     let r = host_diagnose();
     eprintln!(
         "shim stopped: containerd {} in {} ms: {}",
-        state(&r, "containerd"),
+        report_state(&r, "containerd"),
         r["targets"]["containerd"]["latency_ms"],
         r["targets"]["containerd"]["detail"]
     );
-    assert!(matches!(state(&r, "containerd"), "ok" | "slow"), "{r:#}");
+    assert!(
+        matches!(report_state(&r, "containerd"), "ok" | "slow"),
+        "{r:#}"
+    );
     assert!(finding_ids(&r).is_empty(), "{r:#}");
 
     // ... while a call that needs the shim hangs
@@ -676,7 +656,10 @@ fn restart_with_a_hung_shim_keeps_the_relist_healthy() {
     );
 
     let r = host_diagnose();
-    assert!(matches!(state(&r, "containerd"), "ok" | "slow"), "{r:#}");
+    assert!(
+        matches!(report_state(&r, "containerd"), "ok" | "slow"),
+        "{r:#}"
+    );
     assert!(finding_ids(&r).is_empty(), "{r:#}");
     assert_eq!(
         container_state(&app),

@@ -4,7 +4,7 @@
 
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 use support::*;
@@ -12,44 +12,17 @@ use support::*;
 /// A fast configuration: a hung call is abandoned after 2 s.
 const CONFIG: &str = "[probe]\ntimeout = \"2s\"\nslow_after = \"1s\"\n";
 
-/// Run diagnose --json inside the bed; returns (exit code, report, wall time).
-fn diagnose(bed: &Bed) -> (i32, Value, Duration) {
-    bed.write_file("/etc/pleg-guard/config.toml", CONFIG);
-    let start = Instant::now();
-    let o = bed.exec(&["pleg-guard", "diagnose", "--json"], secs(30));
-    let took = start.elapsed();
-    let code = o.status.code().unwrap_or(-1);
-    let report: Value = serde_json::from_slice(&o.stdout)
-        .unwrap_or_else(|e| panic!("diagnose --json printed no JSON ({e}): {}", show(&o)));
-    (code, report, took)
-}
-
-fn state<'a>(report: &'a Value, target: &str) -> &'a str {
-    report["targets"][target]["state"].as_str().unwrap_or("?")
-}
-
-fn finding_ids(report: &Value) -> Vec<String> {
-    report["findings"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|f| f["id"].as_str().map(str::to_owned))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 #[test]
 fn healthy_bed_every_target_ok() {
     let Some(env) = require_bed() else { return };
     let _docker = docker_lock();
     let bed = Bed::boot(&env, BedOptions::with_pleg_guard_and_docker());
-    let (code, r, _) = diagnose(&bed);
+    let (code, r, _) = bed.diagnose_json(CONFIG);
     for t in ["dbus", "systemd", "logind", "docker", "kubelet"] {
         assert!(
-            matches!(state(&r, t), "ok" | "slow"),
+            matches!(report_state(&r, t), "ok" | "slow"),
             "{t} is {} on a healthy bed: {r:#}",
-            state(&r, t)
+            report_state(&r, t)
         );
     }
     assert_eq!(code, 0, "{r:#}");
@@ -96,12 +69,12 @@ fn logind_stopped_is_unresponsive() {
     let Some(env) = require_bed() else { return };
     let bed = Bed::boot(&env, BedOptions::with_pleg_guard());
     bed.stop_logind();
-    let (code, r, took) = diagnose(&bed);
-    assert_eq!(state(&r, "logind"), "unresponsive", "{r:#}");
-    assert_eq!(state(&r, "dbus"), "ok", "{r:#}");
-    assert_eq!(state(&r, "systemd"), "ok", "{r:#}");
+    let (code, r, took) = bed.diagnose_json(CONFIG);
+    assert_eq!(report_state(&r, "logind"), "unresponsive", "{r:#}");
+    assert_eq!(report_state(&r, "dbus"), "ok", "{r:#}");
+    assert_eq!(report_state(&r, "systemd"), "ok", "{r:#}");
     assert_eq!(
-        state(&r, "docker"),
+        report_state(&r, "docker"),
         "absent",
         "no docker socket in this bed: {r:#}"
     );
@@ -115,8 +88,8 @@ fn dbus_stopped_is_unresponsive_while_pid1_answers_on_its_private_socket() {
     let Some(env) = require_bed() else { return };
     let bed = Bed::boot(&env, BedOptions::with_pleg_guard());
     bed.stop_dbus();
-    let (code, r, took) = diagnose(&bed);
-    assert_eq!(state(&r, "dbus"), "unresponsive", "{r:#}");
+    let (code, r, took) = bed.diagnose_json(CONFIG);
+    assert_eq!(report_state(&r, "dbus"), "unresponsive", "{r:#}");
     let systemd = &r["targets"]["systemd"]["facts"];
     assert_eq!(systemd["private"]["state"], "ok", "{r:#}");
     assert_ne!(systemd["bus"]["state"], "ok", "{r:#}");
@@ -131,8 +104,8 @@ fn dockerd_stopped_is_unresponsive() {
     let _docker = docker_lock();
     let bed = Bed::boot(&env, BedOptions::with_pleg_guard_and_docker());
     let _stopped = stop_dockerd();
-    let (code, r, took) = diagnose(&bed);
-    assert_eq!(state(&r, "docker"), "unresponsive", "{r:#}");
+    let (code, r, took) = bed.diagnose_json(CONFIG);
+    assert_eq!(report_state(&r, "docker"), "unresponsive", "{r:#}");
     assert_eq!(finding_ids(&r), vec!["docker-unresponsive"], "{r:#}");
     assert_eq!(code, 1);
     assert!(took < secs(4), "diagnose took {took:?} with a 2 s timeout");
@@ -145,8 +118,8 @@ fn dead_containers_are_found_and_named() {
     let bed = Bed::boot(&env, BedOptions::with_pleg_guard_and_docker());
     let dead = DeadContainer::create(&unique_name("dead"));
     let _running = TestContainer::running(&unique_name("running"));
-    let (code, r, _) = diagnose(&bed);
-    assert_eq!(state(&r, "docker"), "ok", "{r:#}");
+    let (code, r, _) = bed.diagnose_json(CONFIG);
+    assert_eq!(report_state(&r, "docker"), "ok", "{r:#}");
     let names: Vec<&str> = r["targets"]["docker"]["facts"]["dead_containers"]
         .as_array()
         .map(|a| a.iter().filter_map(|c| c["name"].as_str()).collect())
@@ -170,8 +143,8 @@ fn wedged_kubelet_reports_pleg() {
             .status
             .success()
     });
-    let (code, r, _) = diagnose(&bed);
-    assert_eq!(state(&r, "kubelet"), "error", "{r:#}");
+    let (code, r, _) = bed.diagnose_json(CONFIG);
+    assert_eq!(report_state(&r, "kubelet"), "error", "{r:#}");
     assert!(
         r["targets"]["kubelet"]["detail"]
             .as_str()
@@ -190,10 +163,10 @@ fn everything_hung_still_answers_within_the_timeout() {
     let bed = Bed::boot(&env, BedOptions::with_pleg_guard_and_docker());
     bed.stop_dbus();
     let _stopped = stop_dockerd();
-    let (code, r, took) = diagnose(&bed);
+    let (code, r, took) = bed.diagnose_json(CONFIG);
     assert_eq!(code, 1);
-    assert_eq!(state(&r, "dbus"), "unresponsive");
-    assert_eq!(state(&r, "docker"), "unresponsive");
+    assert_eq!(report_state(&r, "dbus"), "unresponsive");
+    assert_eq!(report_state(&r, "docker"), "unresponsive");
     assert!(
         took < secs(2) + secs(1) + Duration::from_millis(500),
         "took {took:?}"
@@ -229,7 +202,7 @@ fn plain_machine_every_target_absent_exit_0() {
         "containerd",
         "kubelet",
     ] {
-        assert_eq!(state(&r, t), "absent", "{t}: {r:#}");
+        assert_eq!(report_state(&r, t), "absent", "{t}: {r:#}");
     }
     assert_eq!(o.status.code(), Some(0), "{}", show(&o));
     let _ = std::fs::remove_dir_all(&dir);

@@ -40,19 +40,12 @@ settle = "5s"
 
 /// Entries of pleg-guard with this event (and action, when given).
 fn events(bed: &Bed, event: &str, action: Option<&str>) -> Vec<String> {
-    let mut args = vec![
-        "-u".to_owned(),
-        "pleg-guard".to_owned(),
-        format!("PLEG_GUARD_EVENT={event}"),
-    ];
-    if let Some(a) = action {
-        args.push(format!("PLEG_GUARD_ACTION={a}"));
-    }
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    bed.journal(&args)
+    let fields: Vec<(&str, &str)> = action
+        .map(|a| ("PLEG_GUARD_ACTION", a))
+        .into_iter()
+        .collect();
+    bed.pleg_guard_events(event, &fields)
         .iter()
-        .filter(|e| field(e, "PLEG_GUARD_EVENT") == Some(event))
-        .filter(|e| action.is_none_or(|a| field(e, "PLEG_GUARD_ACTION") == Some(a)))
         .map(|e| field(e, "MESSAGE").unwrap_or("").to_owned())
         .collect()
 }

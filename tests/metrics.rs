@@ -29,11 +29,7 @@ fn tool(name: &str, package: &str) -> Option<PathBuf> {
     });
     if found.is_none() {
         let reason = format!("`{name}` not installed (Debian package `{package}`)");
-        let ci = matches!(
-            std::env::var("CI").unwrap_or_default().as_str(),
-            "true" | "1" | "yes"
-        );
-        assert!(!ci, "{reason}: required under CI=true");
+        assert!(!under_ci(), "{reason}: required under CI=true");
         eprintln!("SKIPPED: {reason}");
     }
     found

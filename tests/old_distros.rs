@@ -80,20 +80,7 @@ fn deb() -> &'static Path {
 
 /// pleg-guard's journal entries of this event with these fields.
 fn events(bed: &Bed, event: &str, extra: &[(&str, &str)]) -> usize {
-    let mut args = vec![
-        "-u".to_string(),
-        "pleg-guard".to_string(),
-        format!("PLEG_GUARD_EVENT={event}"),
-    ];
-    args.extend(extra.iter().map(|(k, v)| format!("{k}={v}")));
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    bed.journal(&args)
-        .iter()
-        .filter(|e| {
-            field(e, "PLEG_GUARD_EVENT") == Some(event)
-                && extra.iter().all(|(k, v)| field(e, k) == Some(*v))
-        })
-        .count()
+    bed.pleg_guard_events(event, extra).len()
 }
 
 /// Waits for one more such entry than `before`. A count, not a cursor: in the bullseye bed

@@ -342,29 +342,9 @@ timeout = "2s"
 settle = "3s"
 "#;
 
-fn finding_ids(report: &Value) -> Vec<String> {
-    report["findings"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|f| f["id"].as_str().map(str::to_owned))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 fn pleg_guard_events(bed: &Bed, event: &str, action: &str) -> usize {
-    bed.journal(&[
-        "-u",
-        "pleg-guard",
-        &format!("PLEG_GUARD_EVENT={event}"),
-        &format!("PLEG_GUARD_ACTION={action}"),
-    ])
-    .iter()
-    .filter(|e| {
-        field(e, "PLEG_GUARD_EVENT") == Some(event) && field(e, "PLEG_GUARD_ACTION") == Some(action)
-    })
-    .count()
+    bed.pleg_guard_events(event, &[("PLEG_GUARD_ACTION", action)])
+        .len()
 }
 
 /// An affected bed with pleg-guard installed (not started), PID 1 wedged for good.

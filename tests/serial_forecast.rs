@@ -11,9 +11,6 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use support::*;
 
-/// The last serial an affected sd-bus can send.
-const SERIAL_MAX: u64 = u32::MAX as u64;
-
 /// Replies per second the load generator asks of PID 1.
 const RATE: f64 = 200.0;
 
@@ -37,11 +34,11 @@ enabled = false
 
 /// pleg-guard's entries with this event (and finding, when given).
 fn events(bed: &Bed, event: &str, finding: Option<&str>) -> Vec<serde_json::Map<String, Value>> {
-    bed.journal(&["-u", "pleg-guard", &format!("PLEG_GUARD_EVENT={event}")])
+    let fields: Vec<(&str, &str)> = finding
+        .map(|f| ("PLEG_GUARD_FINDING", f))
         .into_iter()
-        .filter(|e| field(e, "PLEG_GUARD_EVENT") == Some(event))
-        .filter(|e| finding.is_none_or(|f| field(e, "PLEG_GUARD_FINDING") == Some(f)))
-        .collect()
+        .collect();
+    bed.pleg_guard_events(event, &fields)
 }
 
 fn wait_status(bed: &Bed, what: &str, timeout: Duration, pred: impl Fn(&Value) -> bool) -> Value {

@@ -75,12 +75,8 @@ impl ActionRunner {
     /// Open the ledger in `state_directory` (logging a problem with it).
     pub fn open(state_directory: &Path, executor: Arc<dyn Executor>) -> Self {
         let ledger_file = LedgerFile::new(state_directory);
-        let loaded = ledger_file.load(SystemTime::now());
-        if let Some(problem) = &loaded.problem {
-            tracing::error!("action ledger: {problem}");
-        }
         ActionRunner {
-            ledger: loaded.ledger,
+            ledger: load_logged(&ledger_file),
             ledger_file,
             executor,
             in_flight: None,
@@ -95,11 +91,8 @@ impl ActionRunner {
     /// is neither lost nor written over another run's, and no spent budget is forgotten.
     pub fn move_to(&mut self, state_directory: &Path) {
         let file = LedgerFile::new(state_directory);
-        let mut loaded = file.load(SystemTime::now());
-        if let Some(problem) = &loaded.problem {
-            tracing::error!("action ledger: {problem}");
-        }
-        let ids = loaded.ledger.absorb(&self.ledger);
+        let mut ledger = load_logged(&file);
+        let ids = ledger.absorb(&self.ledger);
         let remap = |id: u64| ids.iter().find(|(o, _)| *o == id).map_or(id, |(_, n)| *n);
         if let Some(f) = &mut self.in_flight {
             f.id = remap(f.id);
@@ -107,7 +100,7 @@ impl ActionRunner {
         if let Some(s) = &mut self.settling {
             s.id = remap(s.id);
         }
-        self.ledger = loaded.ledger;
+        self.ledger = ledger;
         self.ledger_file = file;
         self.save();
     }
@@ -224,9 +217,7 @@ impl ActionRunner {
                 id: f.id,
                 action: f.action,
                 aimed_at: f.aimed_at,
-                until: Instant::now()
-                    .checked_add(settle)
-                    .unwrap_or_else(Instant::now),
+                until: crate::clock::deadline_in(settle),
             });
         }
         Some(Finished {
@@ -362,6 +353,16 @@ impl ActionRunner {
             tracing::error!("action ledger: {e}");
         }
     }
+}
+
+/// The ledger in `file`, logging a problem with it (a corrupt file is kept aside by
+/// [`LedgerFile::load`], which then holds every action back for one `min_interval`).
+fn load_logged(file: &LedgerFile) -> Ledger {
+    let loaded = file.load(SystemTime::now());
+    if let Some(problem) = &loaded.problem {
+        tracing::error!("action ledger: {problem}");
+    }
+    loaded.ledger
 }
 
 /// `a, b`: finding ids for messages.

@@ -74,7 +74,7 @@ fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn under_ci() -> bool {
+pub fn under_ci() -> bool {
     matches!(
         std::env::var("CI")
             .unwrap_or_default()
@@ -890,6 +890,41 @@ impl Bed {
         )
     }
 
+    /// pleg-guard's journal entries with `PLEG_GUARD_EVENT=event` and every `extra` field equal
+    /// (journalctl's matching checked again here, as in [`wait_event`](Self::wait_event)).
+    pub fn pleg_guard_events(
+        &self,
+        event: &str,
+        extra: &[(&str, &str)],
+    ) -> Vec<Map<String, Value>> {
+        let mut owned = vec![
+            "-u".to_string(),
+            "pleg-guard".to_string(),
+            format!("PLEG_GUARD_EVENT={event}"),
+        ];
+        owned.extend(extra.iter().map(|(k, v)| format!("{k}={v}")));
+        let args: Vec<&str> = owned.iter().map(String::as_str).collect();
+        self.journal(&args)
+            .into_iter()
+            .filter(|e| {
+                field(e, "PLEG_GUARD_EVENT") == Some(event)
+                    && extra.iter().all(|(k, v)| field(e, k) == Some(*v))
+            })
+            .collect()
+    }
+
+    /// `pleg-guard diagnose --json` in the bed with `config` as its config file: (exit code,
+    /// report, wall time).
+    pub fn diagnose_json(&self, config: &str) -> (i32, Value, Duration) {
+        self.write_file("/etc/pleg-guard/config.toml", config);
+        let start = Instant::now();
+        let o = self.exec(&["pleg-guard", "diagnose", "--json"], secs(30));
+        let took = start.elapsed();
+        let report: Value = serde_json::from_slice(&o.stdout)
+            .unwrap_or_else(|e| panic!("diagnose --json printed no JSON ({e}): {}", show(&o)));
+        (o.status.code().unwrap_or(-1), report, took)
+    }
+
     // --- fault injection ---------------------------------------------------------------------------
 
     /// MainPID of a unit inside the bed (pid in the bed's namespace); panics if it has none.
@@ -1013,6 +1048,23 @@ WantedBy=multi-user.target
 /// A JSON journal field as &str (None when absent or not a string).
 pub fn field<'a>(e: &'a Map<String, Value>, key: &str) -> Option<&'a str> {
     e.get(key).and_then(Value::as_str)
+}
+
+/// A target's state in a status or diagnose report.
+pub fn report_state<'a>(report: &'a Value, target: &str) -> &'a str {
+    report["targets"][target]["state"].as_str().unwrap_or("?")
+}
+
+/// The finding ids of a status or diagnose report, in order.
+pub fn finding_ids(report: &Value) -> Vec<String> {
+    report["findings"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|f| f["id"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 fn bytes_to_string(v: &Value) -> Option<String> {
