@@ -98,6 +98,18 @@ fn wait_new_event(bed: &Bed, before: usize, event: &str, extra: &[(&str, &str)],
     }
 }
 
+/// Polls `cond` every 500 ms until it holds or `timeout` passes; whether it held.
+fn wait_until_ok(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < timeout {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    false
+}
+
 /// The smoke set on one Debian release; `systemd` is the major version its bed must run.
 fn smoke(suite: &str, systemd: u32) {
     let Some(env) = require_bed_suite(suite) else {
@@ -160,8 +172,16 @@ fn smoke(suite: &str, systemd: u32) {
     // dockerd is the host's, shared with every bed (and other test processes): hold the docker
     // lock while docker must answer and while it is stopped
     let docker = docker_lock();
-    wait_until("a healthy status", secs(30), || {
+    // A round taken before the lock was ours may have met a dockerd another test had stopped:
+    // wait for a round with every target answering (the assertions below say which did not).
+    let answering = |s: &serde_json::Value| {
+        ["dbus", "systemd", "logind", "docker", "kubelet"]
+            .iter()
+            .all(|t| matches!(s["targets"][*t]["state"].as_str(), Some("ok" | "slow")))
+    };
+    let _ = wait_until_ok(secs(30), || {
         bed.sh("pleg-guard status >/dev/null").status.code() == Some(0)
+            && answering(&bed.status_json())
     });
     let status = bed.status_json();
     assert_eq!(status["state"], "healthy", "{status:#}");
