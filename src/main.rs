@@ -1,34 +1,10 @@
-//! pleg-guard: keeps Kubernetes nodes out of the "PLEG is not healthy" NotReady trap.
-//!
-//! Data flows one way: probe round (I/O, bounded) → observations → diagnosis (pure) →
-//! findings → ladder (pure, with the ledger) → action (I/O) → report (journal, status.json,
-//! sd_notify). See README.md for the picture.
-
-mod action;
-mod assessment;
-mod bug_evidence;
-mod cli;
-mod client;
-mod clock;
-mod cmd;
-mod config;
-mod daemon;
-mod diagnosis;
-mod forecast;
-mod ladder;
-mod ledger;
-mod metrics;
-mod probe;
-#[cfg(test)]
-mod property_tests;
-mod report;
-mod systemd_version;
-mod systemd_watch;
-mod target;
+//! The `pleg-guard` binary: parses the command line and hands over to [`pleg_guard::cmd`].
 
 use std::process::ExitCode;
 
 use clap::Parser;
+use pleg_guard::{cli, cmd};
+
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();

@@ -79,7 +79,7 @@ step "build the tests"
 cargo test --locked --no-run
 
 step "unit tests"
-cargo test --locked --bins
+cargo test --locked --lib --bins
 
 # Two groups of integration test binaries side by side, each binary two tests at a time:
 # about four beds at once on two cores. Balanced by their measured run times.
