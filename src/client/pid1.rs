@@ -1,11 +1,15 @@
 //! A client of PID 1 by either path: its private socket (peer-to-peer, [`super::p2p`])
 //! or the system bus (zbus). The actions use it to re-execute PID 1 and restart units; the
-//! `systemd` probe reads `Version` through it. Failures are [`super::Error`]s; PID 1 closing
-//! the connection (how it answers `Reexecute`) is [`super::ErrorKind::Disconnected`].
+//! `systemd` probe reads `Version` through it. On the bus the calls to PID 1 are ordinary
+//! methods of its manager, never `Introspect` or `Peer.Ping`, and `Properties.Get` only for
+//! the one `Version` read the probe guards (no private socket, serial far from 2^32, no call
+//! unanswered): those calls, sent to a PID 1 that has run out of bus serials (systemd#11809),
+//! make it drop its bus connection. Failures are [`super::Error`]s; PID 1 closing the
+//! connection (how it answers `Reexecute`) is [`super::ErrorKind::Disconnected`].
 
 use std::path::Path;
 
-use zbus_systemd::systemd1::{ManagerProxy, UnitProxy};
+use zbus_systemd::systemd1::ManagerProxy;
 
 use super::Error;
 use super::p2p::{MethodCall, P2pConnection};
@@ -143,14 +147,21 @@ impl Pid1 {
                 .await?
                 .variant_string()?)
             }
+            // Over the bus only ordinary calls: `Properties.Get` on a PID 1 that has run out
+            // of serials makes it drop its bus connection (see `crate::probe::systemd`), so
+            // the state is read from `ListUnits`, a method of the manager.
             Pid1::Bus(c) => {
-                let path = Self::manager(c).await?.get_unit(unit.to_owned()).await?;
-                let proxy = UnitProxy::builder(c)
-                    .path(path)
-                    .cache_properties(zbus::proxy::CacheProperties::No)
-                    .build()
-                    .await?;
-                Ok(proxy.active_state().await?)
+                let units = Self::manager(c).await?.list_units().await?;
+                units
+                    .into_iter()
+                    .find(|u| u.0 == unit)
+                    .map(|u| u.3)
+                    .ok_or_else(|| {
+                        Error::new(
+                            super::ErrorKind::Failed,
+                            format!("{unit} is not among PID 1's loaded units"),
+                        )
+                    })
             }
         }
     }

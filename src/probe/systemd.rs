@@ -4,8 +4,15 @@
 //!
 //! The two paths together tell the systemd bus bug (issue 11809) apart from a dead bus: with
 //! the bug, the bus answers, PID 1 on the bus does not, PID 1 on the private socket does.
+//!
+//! On the bus PID 1 gets only an ordinary call (`Manager.GetUnit`). Its `Version` comes from
+//! the private socket; over the bus it is read (`Properties.Get`) only on a node without a
+//! private socket, once per PID 1, and never while the serial is within
+//! [`BUS_VERSION_MARGIN`] of 2^32 or once a bus call to PID 1 has gone unanswered in this
+//! process's life (which lies within one boot).
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -18,10 +25,38 @@ use crate::client::pid1::{Pid1, Route};
 use crate::client::{self, pid1};
 use crate::target::{Facts, Observation, PathResult, Target, TargetState};
 
+/// How far below 2^32 PID 1's bus serial must be for a `Version` read over the bus: far
+/// more than any node sends between our `GetUnit` reply and the read that follows it.
+pub const BUS_VERSION_MARGIN: u32 = 1 << 24;
+
+/// Set once a bus call to PID 1 went unanswered: from then on, this process sends PID 1
+/// nothing but ordinary calls on the bus (shared by every probe instance, re-asks included).
+static BUS_CALL_UNANSWERED: AtomicBool = AtomicBool::new(false);
+
+/// Whether a bus call to PID 1 has gone unanswered in this process's life.
+pub fn bus_call_unanswered() -> bool {
+    BUS_CALL_UNANSWERED.load(Ordering::Relaxed)
+}
+
+/// Whether the `Version` may be read over the bus after a `GetUnit` reply with `serial`:
+/// only without a private socket, with the serial outside the margin, no bus call ever
+/// unanswered, and the version not known yet.
+pub fn may_read_version_on_bus(
+    socket_exists: bool,
+    serial: u32,
+    unanswered: bool,
+    known: bool,
+) -> bool {
+    !socket_exists && !unanswered && !known && serial < u32::MAX - BUS_VERSION_MARGIN
+}
+
 /// Probes PID 1 and keeps the private-socket connection between rounds.
 pub struct SystemdProbe {
     private_socket: PathBuf,
     private: Option<Pid1>,
+    /// The version read over the bus (no private socket), with the serial of the reply it
+    /// followed: read again only after the serial dropped (a new PID 1).
+    bus_version: Option<(String, u32)>,
 }
 
 impl SystemdProbe {
@@ -30,6 +65,7 @@ impl SystemdProbe {
         SystemdProbe {
             private_socket,
             private: None,
+            bus_version: None,
         }
     }
 
@@ -49,16 +85,21 @@ impl SystemdProbe {
         let serial_slot = &mut bus_serial;
         let bus_version_slot = &mut bus_version;
         let private_version_slot = &mut private_version;
+        let known = &mut self.bus_version;
         let bus_path = async move {
             match bus.await {
-                BusState::Up(conn) => Some(
-                    timed(
+                BusState::Up(conn) => {
+                    let path = timed(
                         deadline,
                         slow_after,
-                        ask_on_bus(conn, serial_slot, bus_version_slot),
+                        ask_on_bus(conn, socket_exists, known, serial_slot, bus_version_slot),
                     )
-                    .await,
-                ),
+                    .await;
+                    if path.state == TargetState::Unresponsive {
+                        BUS_CALL_UNANSWERED.store(true, Ordering::Relaxed);
+                    }
+                    Some(path)
+                }
                 BusState::Failed(f) => Some(f.into_path(start, "the system bus")),
                 BusState::Absent => None,
             }
@@ -106,23 +147,39 @@ impl SystemdProbe {
 const PROBE_UNIT: &str = "-.slice";
 
 /// Ask PID 1 over the bus with an ordinary method call (`Manager.GetUnit`), keeping the serial
-/// of its reply in `serial`, then (only once it answered) read `Version`.
+/// of its reply in `serial`; only where [`may_read_version_on_bus`] allows it, read `Version`
+/// after it (kept in `known` for later rounds, reported in `version`).
 ///
 /// Why an ordinary call: on a PID 1 wedged by systemd#11809 an ordinary call just gets no
 /// reply, while `Properties.Get`, `Introspect` or `Peer.Ping` make it fail inside its I/O
-/// callback and drop its bus connection, which blurs the very signature we look for. The
-/// `Version` read follows only a reply, i.e. while PID 1 can still send. An error reply
-/// (`NoSuchUnit`) is an answer too: PID 1 sent it.
+/// callback and drop its bus connection, which blurs the very signature we look for. Even a
+/// `Properties.Get` right after a reply can meet that edge (the reply may have taken PID 1's
+/// last good serial), hence the margin. An error reply (`NoSuchUnit`) is an answer too: PID 1
+/// sent it.
 async fn ask_on_bus(
     conn: Connection,
+    socket_exists: bool,
+    known: &mut Option<(String, u32)>,
     serial: &mut Option<u32>,
     version: &mut Option<String>,
 ) -> Result<String, client::Error> {
-    *serial = Some(pid1::get_unit_reply_serial(&conn, PROBE_UNIT).await?);
-    let v = Pid1::Bus(conn).version().await?;
-    let detail = format!("version {v}");
-    *version = Some(v);
-    Ok(detail)
+    let s = pid1::get_unit_reply_serial(&conn, PROBE_UNIT).await?;
+    *serial = Some(s);
+    // A lower serial is a new PID 1 (re-executed or restarted): its version may differ.
+    if known.as_ref().is_some_and(|(_, at)| s < *at) {
+        *known = None;
+    }
+    if may_read_version_on_bus(socket_exists, s, bus_call_unanswered(), known.is_some()) {
+        let v = Pid1::Bus(conn).version().await?;
+        *known = Some((v, s));
+    }
+    match known.as_ref() {
+        Some((v, _)) if !socket_exists => {
+            *version = Some(v.clone());
+            Ok(format!("reply serial {s}; version {v}"))
+        }
+        _ => Ok(format!("reply serial {s}")),
+    }
 }
 
 /// Combine the two paths into one observation: the target is as bad as its worse path (a
@@ -251,6 +308,30 @@ mod tests {
         );
         assert_eq!(o.state, TargetState::Slow);
         assert_eq!(o.facts.systemd_version.as_deref(), Some("252.38-1~deb12u1"));
+    }
+
+    #[test]
+    fn version_over_the_bus_only_without_socket_far_from_the_edge_and_never_after_silence() {
+        let far = 1_000_000;
+        assert!(may_read_version_on_bus(false, far, false, false));
+        // the private socket exists: it gives the version
+        assert!(!may_read_version_on_bus(true, far, false, false));
+        // already known for this PID 1
+        assert!(!may_read_version_on_bus(false, far, false, true));
+        // a bus call went unanswered once
+        assert!(!may_read_version_on_bus(false, far, true, false));
+        // within the margin of 2^32, at every value up to the last serial
+        for left in 0..=BUS_VERSION_MARGIN {
+            if left % 65_536 == 0 || left < 64 {
+                assert!(!may_read_version_on_bus(false, u32::MAX - left, false, false));
+            }
+        }
+        assert!(may_read_version_on_bus(
+            false,
+            u32::MAX - BUS_VERSION_MARGIN - 1,
+            false,
+            false
+        ));
     }
 
     #[test]
