@@ -5,7 +5,6 @@ use std::process::ExitCode;
 use clap::Parser;
 use pleg_guard::{cli, cmd};
 
-
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
     match cli.command {

@@ -459,3 +459,80 @@ fn daemon_reexecs_the_real_wedge_once_and_units_start_again() {
     assert_eq!(st["state"], "healthy", "{st:#}");
     eprintln!("MEASURE daemon test total: {:?}", t0.elapsed());
 }
+
+/// Defaults, except a 1 s interval and timeout, `unhealthy_after = 2` and no startup grace.
+const SHARP_DEFAULTS: &str = r#"interval = "1s"
+startup_grace = "0s"
+
+[probe]
+timeout = "1s"
+unhealthy_after = 2
+"#;
+
+/// Which call meets PID 1's last good serial depends on how many serials are left and on the
+/// other traffic: at every fast-forward value from 2^32 − 20 to 2^32 − 1, without and with a
+/// load of ordinary calls, pleg-guard must cure the wedge with one reexec and never make PID 1
+/// drop its bus connection (`Got disconnect on API bus.`). One bed serves every value: the
+/// reexec starts PID 1's serial afresh, and pleg-guard restarts with an empty state
+/// directory, so every value meets a daemon at its defaults (no ledger, no wedge proof).
+#[test]
+fn no_fast_forward_value_knocks_pid1_off_the_bus() {
+    let Some(env) = require_affected_bed() else {
+        return;
+    };
+    let t0 = Instant::now();
+    let bed = Bed::boot(&env, BedOptions::affected_with_pleg_guard());
+    bed.install_pleg_guard(SHARP_DEFAULTS);
+    let mut runs = Vec::new();
+    for load_rate in [None, Some(50.0)] {
+        for left in (0..20u64).rev() {
+            let t = Instant::now();
+            let _ = bed.sh("systemctl stop pleg-guard; rm -rf /var/lib/pleg-guard");
+            bed.start_pleg_guard();
+            bed.pid1_bus_object();
+            let reexecs = bed.reexec_count();
+            let cursor = bed.journal_cursor();
+            bed.fast_forward_pid1_serial(SERIAL_MAX - left);
+            let load = load_rate.map(|r| bed.bus_load(r));
+            bed.wait_event_after(
+                Some(&cursor),
+                "action-succeeded",
+                &[("PLEG_GUARD_ACTION", "daemon-reexec")],
+                secs(60),
+            );
+            wait_until("PID 1 answers on the bus again", secs(20), || {
+                bed.try_pid1_call(secs(2)).is_ok()
+            });
+            if let Some(l) = load {
+                l.stop();
+            }
+            let started = bed
+                .journal_after(
+                    &cursor,
+                    &[
+                        "-u",
+                        "pleg-guard",
+                        "PLEG_GUARD_EVENT=action-started",
+                        "PLEG_GUARD_ACTION=daemon-reexec",
+                    ],
+                )
+                .len();
+            let disconnects = pid1_disconnects(&bed, &cursor);
+            let what = format!(
+                "fast-forward to 2^32-1-{left}, load {load_rate:?}: {} reexec(s), {started} action(s) started, {disconnects} disconnect(s), {:?}",
+                bed.reexec_count() - reexecs,
+                t.elapsed()
+            );
+            eprintln!("{what}");
+            assert_eq!(disconnects, 0, "PID 1 dropped its bus connection: {what}");
+            assert_eq!(bed.reexec_count(), reexecs + 1, "{what}");
+            assert_eq!(started, 1, "{what}");
+            runs.push(t.elapsed());
+        }
+    }
+    eprintln!(
+        "MEASURE 40 fast-forward values on one bed: {:?} (longest value {:?})",
+        t0.elapsed(),
+        runs.iter().max()
+    );
+}

@@ -323,7 +323,12 @@ mod tests {
         // within the margin of 2^32, at every value up to the last serial
         for left in 0..=BUS_VERSION_MARGIN {
             if left % 65_536 == 0 || left < 64 {
-                assert!(!may_read_version_on_bus(false, u32::MAX - left, false, false));
+                assert!(!may_read_version_on_bus(
+                    false,
+                    u32::MAX - left,
+                    false,
+                    false
+                ));
             }
         }
         assert!(may_read_version_on_bus(
