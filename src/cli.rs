@@ -41,6 +41,14 @@ pub enum Command {
     ///
     /// Exit status: 0 valid, 2 invalid.
     CheckConfig(CheckConfigArgs),
+    /// node-problem-detector custom-plugin rule: answer CONDITION from the daemon's
+    /// status.json, with no probing.
+    ///
+    /// Conditions: SystemdBusWedged, SystemdSerialExhaustion, ContainerRuntimeUnresponsive,
+    /// LogindUnresponsive, PLEGUnhealthy. Exit status: 0 condition false, 1 condition true,
+    /// 2 unknown (no daemon, stale or unreadable status); the first line of output is the
+    /// condition's message (at most 80 characters).
+    NpdCheck(NpdCheckArgs),
     /// Write the man page or shell completions to standard output (for packagers).
     #[command(hide = true)]
     Generate(GenerateArgs),
@@ -83,6 +91,16 @@ pub struct StatusArgs {
     /// Print the daemon's status.json as it is.
     #[arg(long)]
     pub json: bool,
+}
+
+/// Arguments of `npd-check`.
+#[derive(Debug, Args)]
+pub struct NpdCheckArgs {
+    #[command(flatten)]
+    pub config: ConfigArg,
+    /// The NPD condition to answer, e.g. SystemdBusWedged.
+    #[arg(value_name = "CONDITION")]
+    pub condition: String,
 }
 
 /// Arguments of `check-config`.

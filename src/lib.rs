@@ -21,6 +21,7 @@ pub mod forecast;
 pub mod ladder;
 pub mod ledger;
 pub mod metrics;
+pub mod npd;
 pub mod probe;
 #[cfg(test)]
 pub mod property_tests;

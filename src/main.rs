@@ -12,6 +12,7 @@ fn main() -> ExitCode {
         cli::Command::Diagnose(args) => cmd::diagnose::main(args),
         cli::Command::Status(args) => cmd::status::main(args),
         cli::Command::CheckConfig(args) => cmd::check_config::main(args),
+        cli::Command::NpdCheck(args) => cmd::npd_check::main(args),
         cli::Command::Generate(args) => cmd::generate::main(args),
     }
 }

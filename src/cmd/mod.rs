@@ -4,6 +4,7 @@
 pub mod check_config;
 pub mod diagnose;
 pub mod generate;
+pub mod npd_check;
 pub mod run;
 pub mod status;
 

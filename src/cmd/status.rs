@@ -52,7 +52,8 @@ pub fn main(args: StatusArgs) -> ExitCode {
     }
 }
 
-fn pid_alive(pid: u32) -> bool {
+/// Whether the process `pid` exists (also when it belongs to another user).
+pub(crate) fn pid_alive(pid: u32) -> bool {
     let Ok(pid) = i32::try_from(pid) else {
         return false;
     };
