@@ -5,7 +5,10 @@
 //! bollard's error variant (and the I/O error under it), never by text.
 //!
 //! bollard's own timeout covers only the response headers, so callers bound each whole call
-//! with their deadline; an abandoned call drops the client and its connection.
+//! with their deadline; an abandoned call drops the client and its connection. What an answer
+//! may take is capped by the transport ([`super::docker_transport`]): a listing past 6 MiB is
+//! the error "docker listing larger than 6 MiB: refused", not a buffer that grows until the
+//! deadline.
 
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -33,12 +36,10 @@ pub struct Listing {
 }
 
 /// Connect to the engine at `socket` and agree on an API version (`_ping` tells the engine's;
-/// an old engine refuses a client that asks for a newer one).
+/// an old engine refuses a client that asks for a newer one). Every answer is read through
+/// [`super::docker_transport`], which caps its size.
 pub async fn connect(socket: &Path) -> Result<Docker, Error> {
-    let path = socket
-        .to_str()
-        .ok_or_else(|| Error::new(ErrorKind::Failed, "docker socket path is not UTF-8"))?;
-    let docker = Docker::connect_with_unix(path, 120, bollard::API_DEFAULT_VERSION)?;
+    let docker = super::docker_transport::client(socket, 120)?;
     Ok(docker.negotiate_version().await?)
 }
 

@@ -222,6 +222,47 @@ async fn huge_strings_are_carried_not_choked_on() {
 }
 
 #[tokio::test]
+async fn a_listing_past_its_cap_is_refused_plainly() {
+    // Valid JSON just past the 6 MiB cap (many containers), and a listing without an end.
+    let one = r#"{"Id":"aaaaaaaaaaaaaaaa","Names":["/k8s_app"],"State":"running"}"#;
+    let n =
+        usize::try_from(super::docker_transport::LISTING_CAP).unwrap_or(usize::MAX) / one.len() + 1;
+    let list = format!("[{}]", vec![one; n].join(","));
+    let mut endless = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nApi-Version: 1.41\r\nContent-Length: 1073741824\r\n\r\n[".to_vec();
+    endless.extend(std::iter::repeat_n(b' ', 9 << 20));
+    for list in [Answer::Json(200, list), Answer::Raw(endless)] {
+        let got = relist_at(Engine {
+            logs: no_logs(),
+            list,
+            inspect: inspect_status("running"),
+        })
+        .await;
+        match got {
+            Err(e) => {
+                assert_eq!(e.kind(), ErrorKind::Protocol, "{e}");
+                assert_eq!(e.to_string(), "docker listing larger than 6 MiB: refused");
+            }
+            Ok(l) => panic!("a listing past the cap was read: {} containers", l.total),
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_inspect_past_its_cap_is_refused_too() {
+    let got = relist_at(Engine {
+        logs: no_logs(),
+        list: Answer::Json(200, r#"[{"Id":"aaaa","State":"running"}]"#.into()),
+        inspect: Box::new(|_| Answer::Json(200, format!(r#"{{"Id":"{}"}}"#, "a".repeat(9 << 20)))),
+    })
+    .await;
+    assert!(
+        matches!(&got, Err(e) if e.to_string() == "docker answer larger than 1 MiB: refused"),
+        "{:?}",
+        got.map(|l| l.total)
+    );
+}
+
+#[tokio::test]
 async fn wrong_types_are_protocol_errors() {
     for list in [
         r#"[{"Id":5,"Names":["/a"],"State":"running"}]"#,

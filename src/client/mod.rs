@@ -16,6 +16,7 @@
 pub mod bus;
 pub mod cri;
 pub mod docker;
+pub mod docker_transport;
 pub mod journal;
 pub mod kubelet;
 pub mod log_lines;
@@ -143,7 +144,11 @@ impl From<p2p::P2pError> for Error {
 
 impl From<bollard::errors::Error> for Error {
     fn from(e: bollard::errors::Error) -> Self {
-        Error::new(docker::kind_of(&e), e)
+        // An answer past its cap says so plainly, whatever layer the read failed in.
+        match docker_transport::too_large(&e) {
+            Some(t) => Error::new(ErrorKind::Protocol, t),
+            None => Error::new(docker::kind_of(&e), e),
+        }
     }
 }
 
