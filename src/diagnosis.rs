@@ -1,9 +1,12 @@
 //! Diagnosis: probe rounds over time → target health → findings. Pure: no I/O, no clock of
 //! its own (every call is given `now`), so it is tested with made-up rounds.
 //!
-//! A target becomes *unhealthy* after `probe.unhealthy_after` consecutive failed rounds and
-//! *recovers* after one good round. Findings are read off the unhealthy targets and the
-//! latest round; each keeps the time it was first seen (`since`) while it persists.
+//! A target becomes *unhealthy* after `probe.unhealthy_after` consecutive failed calls and
+//! *recovers* after one good answer. A round may hold only some targets (the re-ask's steps,
+//! [`crate::probe::reask`], and a round that skipped the targets a step holds): only its
+//! observations are counted, and findings are read off the unhealthy targets and the latest
+//! observation of every target; each keeps the time it was first seen (`since`) while it
+//! persists.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -201,10 +204,12 @@ pub struct Finding {
 /// One target's health over rounds.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TargetHealth {
-    /// Consecutive failed rounds up to now.
+    /// Consecutive failed calls up to now.
     pub failures: u32,
     /// Whether the target is unhealthy (failures reached the threshold).
     pub unhealthy: bool,
+    /// When the first of the failed calls started (its round's time), while failing.
+    pub failing_since: Option<SystemTime>,
 }
 
 /// A change of a target's health, to be logged.
@@ -222,6 +227,8 @@ pub struct Diagnosis {
     unhealthy_after: u32,
     health: BTreeMap<Target, TargetHealth>,
     findings: Vec<Finding>,
+    /// The latest observation of every target (rounds merged, [`Round::merged`]).
+    view: Option<Round>,
     /// The serial forecast's warning, an input of the next [`Diagnosis::update`].
     serial_exhaustion: Option<String>,
 }
@@ -236,6 +243,7 @@ impl Diagnosis {
                 .map(|t| (*t, TargetHealth::default()))
                 .collect(),
             findings: Vec::new(),
+            view: None,
             serial_exhaustion: None,
         }
     }
@@ -257,6 +265,16 @@ impl Diagnosis {
         &self.findings
     }
 
+    /// A target's consecutive failed calls up to now.
+    pub fn failures(&self, target: Target) -> u32 {
+        self.health.get(&target).map_or(0, |h| h.failures)
+    }
+
+    /// When a failing target's first failed call (of those in a row) started.
+    pub fn failing_since(&self, target: Target) -> Option<SystemTime> {
+        self.health.get(&target).and_then(|h| h.failing_since)
+    }
+
     /// Whether a target is currently unhealthy.
     pub fn is_unhealthy(&self, target: Target) -> bool {
         self.health.get(&target).is_some_and(|h| h.unhealthy)
@@ -275,8 +293,9 @@ impl Diagnosis {
             || self.health.values().any(|h| h.unhealthy)
     }
 
-    /// Take in one round: update health, recompute findings. Returns the health transitions
-    /// and the findings that are new in this round.
+    /// Take in one round (all targets, or only some: the others keep their latest
+    /// observation and their count): update health, recompute findings. Returns the health
+    /// transitions and the findings that are new in this round.
     pub fn update(
         &mut self,
         round: &Round,
@@ -288,12 +307,16 @@ impl Diagnosis {
             let h = self.health.entry(obs.target).or_default();
             if obs.state.is_failure() {
                 h.failures = h.failures.saturating_add(1);
+                if h.failures == 1 {
+                    h.failing_since = Some(round.at);
+                }
                 if !h.unhealthy && h.failures >= self.unhealthy_after {
                     h.unhealthy = true;
                     transitions.push(Transition::Unhealthy(obs.target));
                 }
             } else {
                 h.failures = 0;
+                h.failing_since = None;
                 if h.unhealthy {
                     h.unhealthy = false;
                     transitions.push(Transition::Recovered(obs.target));
@@ -301,7 +324,9 @@ impl Diagnosis {
             }
         }
 
-        let current = self.read_findings(round, verdict);
+        let view = Round::merged(self.view.as_ref(), round);
+        let current = self.read_findings(&view, verdict);
+        self.view = Some(view);
         let mut next = Vec::new();
         let mut new = Vec::new();
         for (id, target, detail) in current {
@@ -340,6 +365,11 @@ impl Diagnosis {
                 detail(Target::Dbus),
             ));
         } else {
+            // The bus daemon failing its latest call but not (yet) unhealthy: the bus is
+            // suspect, so neither "PID 1 does not answer on the bus" nor "logind does not
+            // answer while the bus does" can be told yet (PID 1 failing its private socket
+            // too is told: the bus does not explain that).
+            let bus_suspect = obs(Target::Dbus).is_some_and(|o| o.state.is_failure());
             if bad(Target::Systemd) {
                 let facts = obs(Target::Systemd).map(|o| &o.facts);
                 let answers = |p: Option<&crate::target::PathResult>| {
@@ -350,6 +380,7 @@ impl Diagnosis {
                 // PID 1 failing only on its private socket is reported as the target's state;
                 // it is neither the bus bug nor a frozen PID 1.
                 let id = match (bus_ok, private_ok) {
+                    (false, true) if bus_suspect => None,
                     (false, true) => Some(FindingId::SystemdBusWedge),
                     (false, false) => Some(FindingId::SystemdUnresponsive),
                     (true, _) => None,
@@ -358,7 +389,7 @@ impl Diagnosis {
                     out.push((id, Target::Systemd, detail(Target::Systemd)));
                 }
             }
-            if bad(Target::Logind) {
+            if bad(Target::Logind) && !bus_suspect {
                 out.push((
                     FindingId::LogindUnresponsive,
                     Target::Logind,
@@ -580,6 +611,62 @@ mod tests {
             ids(&d),
             vec![FindingId::SystemdBusWedge, FindingId::SystemdAffected]
         );
+    }
+
+    #[test]
+    fn a_partial_round_counts_its_targets_only_and_the_others_keep_their_latest() {
+        let mut d = Diagnosis::new(2);
+        let dead = Observation {
+            facts: Facts {
+                dead_containers: vec![ContainerRef {
+                    id: "0123456789ab".into(),
+                    name: "pause".into(),
+                }],
+                ..Facts::default()
+            },
+            ..obs(Target::Docker, TargetState::Ok)
+        };
+        d.update(
+            &round(
+                0,
+                vec![obs(Target::Logind, TargetState::Unresponsive), dead],
+            ),
+            None,
+            t(0),
+        );
+        // a re-ask of logind alone: docker's dead container still stands, kubelet is not
+        // counted again
+        let reask = Round {
+            at: t(5),
+            observations: vec![obs(Target::Logind, TargetState::Unresponsive)],
+        };
+        let (transitions, _) = d.update(&reask, None, t(5));
+        assert_eq!(transitions, vec![Transition::Unhealthy(Target::Logind)]);
+        assert_eq!(
+            ids(&d),
+            vec![FindingId::LogindUnresponsive, FindingId::DeadContainers]
+        );
+        assert_eq!(d.failures(Target::Logind), 2);
+        assert_eq!(d.failures(Target::Kubelet), 0);
+    }
+
+    #[test]
+    fn no_wedge_and_no_logind_finding_while_the_bus_itself_fails() {
+        let mut d = Diagnosis::new(2);
+        let bus_bad = obs(Target::Dbus, TargetState::Unresponsive);
+        let logind_bad = obs(Target::Logind, TargetState::Unresponsive);
+        d.update(&round(0, vec![wedge(), logind_bad.clone()]), None, t(0));
+        // PID 1 and logind confirmed, but the bus daemon has just failed too: not told yet
+        d.update(
+            &round(5, vec![wedge(), logind_bad.clone(), bus_bad.clone()]),
+            None,
+            t(5),
+        );
+        assert!(d.is_unhealthy(Target::Systemd) && d.is_unhealthy(Target::Logind));
+        assert!(ids(&d).is_empty(), "{:?}", ids(&d));
+        // the bus confirmed: the dead bus explains everything
+        d.update(&round(10, vec![wedge(), logind_bad, bus_bad]), None, t(10));
+        assert_eq!(ids(&d), vec![FindingId::BusUnresponsive]);
     }
 
     #[test]

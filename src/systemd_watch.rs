@@ -160,6 +160,11 @@ impl SystemdWatch {
         })
     }
 
+    /// How long until PID 1 runs out of bus serials at the forecast rate (None: no forecast).
+    pub fn serial_eta(&self) -> Option<std::time::Duration> {
+        self.serials.forecast().and_then(|f| f.eta)
+    }
+
     /// Feed the serial of PID 1's reply on the bus into the forecast.
     fn track_bus_serial(&mut self, round: &Round, at: Duration) {
         let Some(serial) = round.get(Target::Systemd).and_then(|o| o.facts.bus_serial) else {

@@ -5,13 +5,15 @@
 //! connection it used is closed and opened afresh next round. Nothing is retried within a
 //! round and nothing is spawned that could outlive it, so a hung bus or engine costs one
 //! socket per target per round, never a growing pile of calls — the failure that took kubelet
-//! down was exactly such a pile.
+//! down was exactly such a pile. A failed target is asked again off the round by [`reask`],
+//! which keeps to the same rule: one call in flight per target (the round skips it meanwhile).
 
 pub mod containerd;
 pub mod dbus;
 pub mod docker;
 pub mod kubelet;
 pub mod logind;
+pub mod reask;
 pub mod systemd;
 
 use std::future::Future;
@@ -67,6 +69,21 @@ impl Round {
     pub fn get(&self, target: Target) -> Option<&Observation> {
         self.observations.iter().find(|o| o.target == target)
     }
+
+    /// The latest view: `older`'s observations with `newer`'s taking their targets' place
+    /// (a round that skipped targets, or a re-ask that asked a few, leaves the others as last
+    /// seen), in [`Target::ALL`] order, at `newer`'s time.
+    pub fn merged(older: Option<&Round>, newer: &Round) -> Round {
+        let observations = Target::ALL
+            .iter()
+            .filter_map(|t| newer.get(*t).or_else(|| older.and_then(|o| o.get(*t))))
+            .cloned()
+            .collect();
+        Round {
+            at: newer.at,
+            observations,
+        }
+    }
 }
 
 impl Prober {
@@ -87,6 +104,15 @@ impl Prober {
         }
     }
 
+    /// The re-ask's probes ([`reask`]): their own connections, and PID 1 on the bus gets
+    /// nothing but `GetUnit`.
+    pub fn for_reask(config: &Config) -> Self {
+        let mut p = Prober::new(config);
+        p.systemd = systemd::SystemdProbe::new(config.systemd.private_socket.clone())
+            .without_version_on_bus();
+        p
+    }
+
     /// Follow kubelet's journal continuously (for the daemon; see
     /// [`crate::client::journal::follow`]).
     pub fn follow_kubelet_journal(&mut self) {
@@ -101,10 +127,26 @@ impl Prober {
 
     /// Probe every target once, concurrently. Returns within about `probe.timeout`.
     pub async fn round(&mut self) -> Round {
+        self.round_of(|_| true).await
+    }
+
+    /// Probe the targets `asked` names once, concurrently; the round holds their
+    /// observations only (a target being re-asked elsewhere is skipped: one call in flight
+    /// per target). Returns within about `probe.timeout`.
+    pub async fn round_of(&mut self, asked: impl Fn(Target) -> bool) -> Round {
         let at = SystemTime::now();
         let start = Instant::now();
         let deadline = crate::clock::deadline(start, self.timeout);
         let slow = self.slow_after;
+        let ask = |t: Target| asked(t);
+        let [
+            ask_dbus,
+            ask_systemd,
+            ask_logind,
+            ask_docker,
+            ask_containerd,
+            ask_kubelet,
+        ] = Target::ALL.map(ask);
 
         // The bus connection is shared by the three bus targets. It is (re)made once per
         // round under the same deadline, concurrently with everything that does not need it
@@ -129,16 +171,19 @@ impl Prober {
         let dbus_fut = {
             let connect = connect.clone();
             async move {
+                if !ask_dbus {
+                    return None;
+                }
                 if !bus_enabled {
-                    return Observation::absent(Target::Dbus, "disabled in config");
+                    return Some(Observation::absent(Target::Dbus, "disabled in config"));
                 }
                 if !bus_present {
-                    return Observation::absent(
+                    return Some(Observation::absent(
                         Target::Dbus,
                         format!("no system bus at {}", bus_socket.display()),
-                    );
+                    ));
                 }
-                match connect.await {
+                Some(match connect.await {
                     BusState::Up(conn) => observation(
                         Target::Dbus,
                         timed(deadline, slow, dbus::get_id(&conn)).await,
@@ -148,29 +193,59 @@ impl Prober {
                         f.into_path(start, "connecting to the system bus"),
                     ),
                     BusState::Absent => Observation::absent(Target::Dbus, "no system bus"),
-                }
+                })
             }
         };
-        let systemd_fut = self.systemd.probe(deadline, slow, start, connect.clone());
+        let systemd = &mut self.systemd;
+        let systemd_fut = {
+            let connect = connect.clone();
+            async move {
+                if !ask_systemd {
+                    return None;
+                }
+                Some(systemd.probe(deadline, slow, start, connect).await)
+            }
+        };
         let logind_enabled = self.logind_enabled;
         let logind_fut = {
             let connect = connect.clone();
             async move {
-                if !logind_enabled {
-                    return Observation::absent(Target::Logind, "disabled in config");
+                if !ask_logind {
+                    return None;
                 }
-                match connect.await {
+                if !logind_enabled {
+                    return Some(Observation::absent(Target::Logind, "disabled in config"));
+                }
+                Some(match connect.await {
                     BusState::Up(conn) => logind::probe(&conn, deadline, slow).await,
                     BusState::Failed(f) => {
                         observation(Target::Logind, f.into_path(start, "the system bus"))
                     }
                     BusState::Absent => Observation::absent(Target::Logind, "no system bus"),
-                }
+                })
             }
         };
-        let docker_fut = self.docker.probe(deadline, slow);
-        let containerd_fut = self.containerd.probe(deadline, slow);
-        let kubelet_fut = self.kubelet.probe(deadline, slow);
+        let docker = &mut self.docker;
+        let docker_fut = async move {
+            if !ask_docker {
+                return None;
+            }
+            Some(docker.probe(deadline, slow).await)
+        };
+        let containerd = &mut self.containerd;
+        let containerd_fut = async move {
+            if !ask_containerd {
+                return None;
+            }
+            Some(containerd.probe(deadline, slow).await)
+        };
+        let kubelet = &mut self.kubelet;
+        let kubelet_fut = async move {
+            if !ask_kubelet {
+                return None;
+            }
+            Some(kubelet.probe(deadline, slow).await)
+        };
 
         let (dbus_obs, systemd_obs, logind_obs, docker_obs, containerd_obs, kubelet_obs) = tokio::join!(
             dbus_fut,
@@ -182,23 +257,37 @@ impl Prober {
         );
 
         // A failed bus call may have left the shared connection wedged: start afresh.
-        let bus_failed = matches!(connect.await, BusState::Failed(_));
-        if dbus_obs.state.is_failure() || bus_failed {
+        let bus_asked = ask_dbus || ask_systemd || ask_logind;
+        let bus_failed = if bus_asked {
+            matches!(connect.await, BusState::Failed(_))
+        } else {
+            drop(connect);
+            false
+        };
+        if dbus_obs.as_ref().is_some_and(|o| o.state.is_failure()) || bus_failed {
             self.bus.reset();
         }
         Round {
             at,
-            observations: vec![
+            observations: [
                 dbus_obs,
                 systemd_obs,
                 logind_obs,
                 docker_obs,
                 containerd_obs,
                 kubelet_obs,
-            ],
+            ]
+            .into_iter()
+            .flatten()
+            .collect(),
         }
     }
 
+    /// Start the next round with a fresh system bus connection (the re-ask does after a
+    /// failed bus call: a new call never waits behind an abandoned one on the same connection).
+    pub fn reset_bus(&mut self) {
+        self.bus.reset();
+    }
     /// Read the systemd package version from the distribution's package database.
     pub async fn package_version(&self) -> Option<String> {
         systemd::package_version(self.timeout).await

@@ -57,6 +57,9 @@ pub struct SystemdProbe {
     /// The version read over the bus (no private socket), with the serial of the reply it
     /// followed: read again only after the serial dropped (a new PID 1).
     bus_version: Option<(String, u32)>,
+    /// Whether the `Version` may be read over the bus at all (never for a re-ask: it only
+    /// confirms a hang, with ordinary calls).
+    version_on_bus: bool,
 }
 
 impl SystemdProbe {
@@ -66,7 +69,15 @@ impl SystemdProbe {
             private_socket,
             private: None,
             bus_version: None,
+            version_on_bus: true,
         }
+    }
+
+    /// The same probe that never reads `Version` over the bus: only `GetUnit` goes to PID 1
+    /// there (the re-ask's, [`super::reask`]).
+    pub fn without_version_on_bus(mut self) -> Self {
+        self.version_on_bus = false;
+        self
     }
 
     /// Probe both paths concurrently. `bus` yields the round's shared system bus connection
@@ -86,13 +97,21 @@ impl SystemdProbe {
         let bus_version_slot = &mut bus_version;
         let private_version_slot = &mut private_version;
         let known = &mut self.bus_version;
+        let version_on_bus = self.version_on_bus;
         let bus_path = async move {
             match bus.await {
                 BusState::Up(conn) => {
                     let path = timed(
                         deadline,
                         slow_after,
-                        ask_on_bus(conn, socket_exists, known, serial_slot, bus_version_slot),
+                        ask_on_bus(
+                            conn,
+                            socket_exists,
+                            version_on_bus,
+                            known,
+                            serial_slot,
+                            bus_version_slot,
+                        ),
                     )
                     .await;
                     if path.state == TargetState::Unresponsive {
@@ -147,7 +166,8 @@ impl SystemdProbe {
 const PROBE_UNIT: &str = "-.slice";
 
 /// Ask PID 1 over the bus with an ordinary method call (`Manager.GetUnit`), keeping the serial
-/// of its reply in `serial`; only where [`may_read_version_on_bus`] allows it, read `Version`
+/// of its reply in `serial`; only where [`may_read_version_on_bus`] allows it (and
+/// `version_on_bus`: never for a re-ask), read `Version`
 /// after it (kept in `known` for later rounds, reported in `version`).
 ///
 /// Why an ordinary call: on a PID 1 wedged by systemd#11809 an ordinary call just gets no
@@ -159,6 +179,7 @@ const PROBE_UNIT: &str = "-.slice";
 async fn ask_on_bus(
     conn: Connection,
     socket_exists: bool,
+    version_on_bus: bool,
     known: &mut Option<(String, u32)>,
     serial: &mut Option<u32>,
     version: &mut Option<String>,
@@ -169,7 +190,9 @@ async fn ask_on_bus(
     if known.as_ref().is_some_and(|(_, at)| s < *at) {
         *known = None;
     }
-    if may_read_version_on_bus(socket_exists, s, bus_call_unanswered(), known.is_some()) {
+    if version_on_bus
+        && may_read_version_on_bus(socket_exists, s, bus_call_unanswered(), known.is_some())
+    {
         let v = Pid1::Bus(conn).version().await?;
         *known = Some((v, s));
     }
