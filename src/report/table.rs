@@ -4,8 +4,12 @@
 use std::fmt::Write;
 use std::time::SystemTime;
 
-use super::status_file::Snapshot;
+use super::status_file::{FleetStatus, Snapshot};
 use crate::diagnosis::{FindingId, Severity};
+use crate::target::{ContainerRef, Target};
+
+/// How many containers a finding lists in the table; `--json` has them all.
+const NAMED_AT_MOST: usize = 20;
 
 /// Print a snapshot to stdout: as JSON, or as the table. `Err` when it cannot be serialised.
 pub fn print(s: &Snapshot, json: bool, with_actions: bool) -> Result<(), serde_json::Error> {
@@ -78,7 +82,12 @@ pub fn render(s: &Snapshot, with_actions: bool) -> String {
             let _ = writeln!(out, "    seen:   {}", f.detail);
             let _ = writeln!(out, "    means:  {}", f.id.explanation());
             let _ = writeln!(out, "    remedy: {}", FindingId::remedy(f.id));
+            write_named(&mut out, s, f.id);
         }
+    }
+    if let Some(f) = &s.fleet {
+        let _ = writeln!(out);
+        render_fleet(&mut out, f);
     }
     if with_actions {
         let _ = writeln!(out);
@@ -120,6 +129,101 @@ pub fn render(s: &Snapshot, with_actions: bool) -> String {
     out
 }
 
+/// The fleet budget: the group, its slots and holders, this node's part.
+fn render_fleet(out: &mut String, f: &FleetStatus) {
+    let known = |n: Option<usize>| n.map_or_else(|| "?".to_owned(), |n| n.to_string());
+    let etcd = if f.reachable {
+        "etcd reachable".to_owned()
+    } else {
+        format!(
+            "etcd UNREACHABLE: {}",
+            f.last_error.as_deref().unwrap_or("no answer yet")
+        )
+    };
+    let _ = writeln!(
+        out,
+        "fleet: group {}, {} members alive, {} of {} slots held (max_disruptive \"{}\"), {} waiting; {etcd}",
+        f.group,
+        known(f.members_alive),
+        f.holders.len(),
+        known(f.max_disruptive),
+        f.max_disruptive_setting,
+        f.waiting
+    );
+    for h in &f.holders {
+        let _ = writeln!(
+            out,
+            "  holder {} {} since {} ({})",
+            h.node,
+            h.action,
+            rfc3339(h.since),
+            ago(h.since)
+        );
+    }
+    let n = &f.this_node;
+    let mut line = format!("  this node ({}): {}", f.node, n.state);
+    if let Some(a) = &n.action {
+        let _ = write!(line, " for {a}");
+    }
+    if let Some(w) = n.wait_s {
+        let _ = write!(
+            line,
+            ", waiting {}",
+            humantime::format_duration(std::time::Duration::from_secs(w))
+        );
+    }
+    if let Some(p) = n.position {
+        let _ = write!(line, ", {p} ahead");
+    }
+    if let Some(r) = &n.reason {
+        let _ = write!(line, ": {r}");
+    }
+    let _ = writeln!(out, "{line}");
+    if f.reachable {
+        if let Some(e) = &f.last_error {
+            let _ = writeln!(out, "  last etcd error: {e}");
+        }
+    }
+}
+
+/// The containers (and pod sandboxes) behind a finding that is about them, from the target's
+/// latest observation: kind and reference.
+fn named(s: &Snapshot, id: FindingId) -> Vec<(&'static str, &ContainerRef)> {
+    let facts = |t: Target| s.targets.get(t.name()).map(|o| &o.facts);
+    match id {
+        FindingId::CriUnknownContainers => facts(Target::Containerd)
+            .map(|f| {
+                let containers = f.unknown_containers.iter().map(|c| ("container", c));
+                let sandboxes = f.unknown_sandboxes.iter().map(|c| ("pod sandbox", c));
+                containers.chain(sandboxes).collect()
+            })
+            .unwrap_or_default(),
+        FindingId::DeadContainers => facts(Target::Docker)
+            .map(|f| f.dead_containers.iter().map(|c| ("container", c)).collect())
+            .unwrap_or_default(),
+        _ => Vec::new(),
+    }
+}
+
+/// One line per container behind the finding (id, then name), at most [`NAMED_AT_MOST`].
+fn write_named(out: &mut String, s: &Snapshot, id: FindingId) {
+    let list = named(s, id);
+    if list.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "    names:");
+    for (kind, c) in list.iter().take(NAMED_AT_MOST) {
+        let _ = writeln!(out, "      {kind:<11} {:<12}  {}", c.id, c.name);
+    }
+    if list.len() > NAMED_AT_MOST {
+        let _ = writeln!(
+            out,
+            "      … and {} more (--json lists them all)",
+            list.len() - NAMED_AT_MOST
+        );
+    }
+}
+
 fn rfc3339(t: SystemTime) -> String {
     crate::report::time_format::rfc3339(t)
 }
@@ -131,5 +235,137 @@ fn ago(t: SystemTime) -> String {
             humantime::format_duration(std::time::Duration::from_secs(d.as_secs()))
         ),
         Err(_) => "just now".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::report::status_file::{FleetHolder, FleetNodeStatus};
+
+    #[test]
+    fn the_fleet_section_names_group_holders_and_this_nodes_wait() {
+        let mut f = FleetStatus {
+            group: "pool-a".into(),
+            node: "node-b".into(),
+            max_disruptive_setting: "1".into(),
+            max_disruptive: Some(1),
+            members_alive: Some(3),
+            holders: vec![FleetHolder {
+                node: "node-a".into(),
+                action: "restart-kubelet".into(),
+                since: SystemTime::UNIX_EPOCH + Duration::from_secs(1_764_000_000),
+            }],
+            waiting: 2,
+            reachable: true,
+            last_error: None,
+            this_node: FleetNodeStatus {
+                state: "waiting".into(),
+                action: Some("restart-kubelet".into()),
+                wait_s: Some(70),
+                position: Some(1),
+                reason: None,
+            },
+        };
+        let mut out = String::new();
+        render_fleet(&mut out, &f);
+        assert!(
+            out.starts_with("fleet: group pool-a, 3 members alive, 1 of 1 slots held (max_disruptive \"1\"), 2 waiting; etcd reachable\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains("  holder node-a restart-kubelet since 2025-11-24T16:00:00Z ("),
+            "{out}"
+        );
+        assert!(
+            out.contains(
+                "  this node (node-b): waiting for restart-kubelet, waiting 1m 10s, 1 ahead\n"
+            ),
+            "{out}"
+        );
+        f.reachable = false;
+        f.last_error = Some("no quorum".into());
+        f.members_alive = None;
+        let mut out = String::new();
+        render_fleet(&mut out, &f);
+        assert!(
+            out.contains("? members alive") && out.contains("etcd UNREACHABLE: no quorum"),
+            "{out}"
+        );
+    }
+
+    fn snapshot(containerd_facts: serde_json::Value, finding: &str) -> Snapshot {
+        let value = serde_json::json!({
+            "pleg_guard_version": "0.1.0", "pid": null, "mode": "observe", "healthy": true,
+            "state": "healthy", "summary": "s", "updated_at": "2026-12-02T10:00:00Z",
+            "interval_ms": 10000,
+            "systemd": {"version": "252", "affected": false, "reason": "r"},
+            "targets": {"containerd": {"target": "containerd", "state": "ok",
+                "latency_ms": 3, "detail": "containerd 1.6.20", "facts": containerd_facts}},
+            "findings": [{"id": finding, "since": "2026-12-02T10:00:00Z",
+                "severity": "warning", "detail": "d", "target": "containerd"}],
+            "actions": [], "budget": {}
+        });
+        match serde_json::from_value(value) {
+            Ok(s) => s,
+            Err(e) => panic!("sample snapshot: {e}"),
+        }
+    }
+
+    #[test]
+    fn cri_unknown_containers_are_named_one_per_line() {
+        let s = snapshot(
+            serde_json::json!({
+                "unknown_containers": [
+                    {"id": "0123456789ab", "name": "prod/web-1/app"},
+                    {"id": "ba9876543210", "name": "kube-system/dns/coredns"}],
+                "unknown_sandboxes": [{"id": "aaaabbbbcccc", "name": "prod/web-1"}]
+            }),
+            "cri-unknown-containers",
+        );
+        let text = render(&s, false);
+        let expected = "    names:\n      \
+                        container   0123456789ab  prod/web-1/app\n      \
+                        container   ba9876543210  kube-system/dns/coredns\n      \
+                        pod sandbox aaaabbbbcccc  prod/web-1\n";
+        assert!(text.contains(expected), "{text}");
+        // The block stands under its finding, after the remedy.
+        let remedy = text.find("    remedy: ").unwrap_or(usize::MAX);
+        let names = text.find("    names:").unwrap_or(0);
+        assert!(remedy < names, "{text}");
+    }
+
+    #[test]
+    fn a_long_list_is_cut_with_a_count() {
+        let many: Vec<serde_json::Value> = (0..25)
+            .map(|i| serde_json::json!({"id": format!("{i:012}"), "name": format!("c{i}")}))
+            .collect();
+        let s = snapshot(
+            serde_json::json!({ "unknown_containers": many }),
+            "cri-unknown-containers",
+        );
+        let text = render(&s, false);
+        assert!(
+            text.contains("      container   000000000019  c19\n"),
+            "{text}"
+        );
+        assert!(!text.contains("c20"), "{text}");
+        assert!(
+            text.contains("      … and 5 more (--json lists them all)\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn findings_about_no_container_list_none() {
+        let s = snapshot(serde_json::json!({}), "cri-unknown-containers");
+        assert!(!render(&s, false).contains("names:"));
+        let s = snapshot(
+            serde_json::json!({"unknown_containers": [{"id": "0123456789ab", "name": "x"}]}),
+            "containerd-unresponsive",
+        );
+        assert!(!render(&s, false).contains("names:"));
     }
 }
