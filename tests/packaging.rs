@@ -197,6 +197,8 @@ fn deb_installs_upgrades_removes_and_purges_in_a_booted_bed() {
         "/usr/share/doc/pleg-guard/README.md",
         "/usr/share/doc/pleg-guard/copyright",
         "/usr/share/pleg-guard/prometheus/pleg-guard.rules.yml",
+        "/usr/share/pleg-guard/prometheus/pleg-guard-npd.rules.yml",
+        "/usr/share/pleg-guard/npd/pleg-guard-monitor.json",
     ] {
         bed.sh_ok(&format!("test -f {f}"));
     }
@@ -237,7 +239,16 @@ fn deb_installs_upgrades_removes_and_purges_in_a_booted_bed() {
     );
     // the catalog is compiled in: `journalctl -x` can explain every event kind
     let catalog = bed.sh_ok("journalctl --list-catalog | grep -c 'pleg-guard:' || true");
-    assert_eq!(catalog, "10", "catalog entries known to journald");
+    let shipped = std::fs::read_to_string(repo().join("systemd/pleg-guard.catalog"))
+        .expect("systemd/pleg-guard.catalog in the repo")
+        .lines()
+        .filter(|line| line.starts_with("-- "))
+        .count();
+    assert_eq!(
+        catalog,
+        shipped.to_string(),
+        "every entry of the shipped catalog is known to journald"
+    );
     let unit_path = bed.unit_property(UNIT, "FragmentPath");
     // systemd 252 on merged-/usr Debian finds it through /lib first
     assert!(
@@ -396,6 +407,8 @@ fn rpm_contents_config_flags_and_scriptlets() {
         "-rw-r--r-- root /usr/share/doc/pleg-guard/README.md",
         "-rw-r--r-- root /usr/share/licenses/pleg-guard/LICENSE",
         "-rw-r--r-- root /usr/share/pleg-guard/prometheus/pleg-guard.rules.yml",
+        "-rw-r--r-- root /usr/share/pleg-guard/prometheus/pleg-guard-npd.rules.yml",
+        "-rw-r--r-- root /usr/share/pleg-guard/npd/pleg-guard-monitor.json",
         "-rw-r--r-- root /usr/lib/pleg-guard/syscall-allowlist.conf",
         "-rwxr-xr-x root /usr/lib/pleg-guard/syscall-allowlist",
     ];

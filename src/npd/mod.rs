@@ -5,6 +5,8 @@
 //! any other exit unknown; the first line of standard output becomes the condition's message.
 //! A status no daemon keeps fresh is unknown, never a false OK.
 
+pub mod events;
+
 use std::time::{Duration, SystemTime};
 
 use crate::diagnosis::FindingId;
@@ -113,9 +115,11 @@ pub fn verdict(condition: Condition, snapshot: &Snapshot, now: SystemTime, alive
     let mut message = format!("{} since {}: {}", f.id, clock(f.since), f.detail);
     if condition == Condition::SystemdSerialExhaustion {
         if let Some(eta) = snapshot.systemd.bus_serial_eta_s {
+            // Whole minutes once it is an hour or more away; seconds when it is close.
+            let shown = if eta >= 3600 { eta - eta % 60 } else { eta };
             message = format!(
                 "PID 1 runs out of bus serials in ~{} (since {})",
-                humantime::format_duration(Duration::from_secs(eta - eta % 60)),
+                humantime::format_duration(Duration::from_secs(shown)),
                 clock(f.since)
             );
         }
@@ -127,13 +131,13 @@ pub fn verdict(condition: Condition, snapshot: &Snapshot, now: SystemTime, alive
 }
 
 /// `HH:MM:SS` UTC of a time.
-fn clock(t: SystemTime) -> String {
+pub(crate) fn clock(t: SystemTime) -> String {
     let s = humantime::format_rfc3339_seconds(t).to_string();
     s.get(11..19).map_or(s.clone(), |c| format!("{c}Z"))
 }
 
 /// One line of at most [`MAX_MESSAGE`] characters.
-fn cut(s: &str) -> String {
+pub(crate) fn cut(s: &str) -> String {
     let line = s.lines().next().unwrap_or_default();
     if line.chars().count() <= MAX_MESSAGE {
         return line.to_owned();
