@@ -12,6 +12,9 @@
 //! - `PLEG_BENCH_SERIAL_RATE` [300]: replies/s PID 1 sends in the forecast section (a busy node);
 //! - `PLEG_BENCH_SERIAL_SECS` [120]: the window in which pleg-guard's own serials are counted;
 //! - `PLEG_BENCH_PROFILES` [default,fast]: setting profiles for detection and repair;
+//! - `PLEG_BENCH_FAULTS` [logind,dbus,dockerd,pid1-wedged,dead-containers,kubelet-wedged]: the
+//!   faults the detection section injects (e.g. `logind,dbus,dockerd,pid1-wedged`: the hangs
+//!   only; `pid1-wedged` needs the affected bed);
 //! - `PLEG_BENCH_HANG_SECS` [600]: how long logind stays stopped in the long-hang section;
 //! - `PLEG_BENCH_FOOTPRINT_SECS` [120]: the CPU measuring window (extrapolated to an hour);
 //! - `PLEG_BENCH_STARTS` [5]: `systemctl start` samples per repeat in the start-up section;
@@ -78,6 +81,12 @@ impl Profile {
         f64::from(self.unhealthy_after) * self.interval_s + self.timeout_s + 1.0
     }
 
+    /// The confirmation target of a hang (the re-ask): unhealthy_after x timeout + 1 s from the
+    /// start of the first failed call.
+    fn confirm_target_s(&self) -> f64 {
+        f64::from(self.unhealthy_after) * self.timeout_s + 1.0
+    }
+
     fn config(&self, mode: &str, extra_reexec: &str) -> String {
         let mut s = format!(
             "mode = \"{mode}\"\ninterval = \"{}\"\nstartup_grace = \"0s\"\n\n[probe]\ntimeout = \"{}\"\nunhealthy_after = {}\n",
@@ -98,6 +107,7 @@ struct Knobs {
     repeat: usize,
     only: Vec<String>,
     profiles: Vec<Profile>,
+    faults: Vec<String>,
     hang_secs: u64,
     footprint_secs: u64,
     starts: usize,
@@ -140,6 +150,10 @@ fn knobs() -> Knobs {
             "detect,repair,footprint,hang,startup,forecast",
         ),
         profiles,
+        faults: list(
+            "PLEG_BENCH_FAULTS",
+            "logind,dbus,dockerd,pid1-wedged,dead-containers,kubelet-wedged",
+        ),
         hang_secs: env_num("PLEG_BENCH_HANG_SECS", 600),
         footprint_secs: env_num("PLEG_BENCH_FOOTPRINT_SECS", 120).max(10),
         starts: env_num("PLEG_BENCH_STARTS", 5).max(1) as usize,
@@ -362,6 +376,9 @@ enum Fault {
     Dockerd,
     Dead,
     Kubelet,
+    /// PID 1 on the affected bed, its bus serial fast-forwarded to the last one: the real
+    /// systemd#11809 wedge (the bus answers, PID 1 on the bus does not).
+    Pid1Wedge,
 }
 
 impl Fault {
@@ -372,6 +389,7 @@ impl Fault {
             Fault::Dockerd => "dockerd stopped",
             Fault::Dead => "Dead container",
             Fault::Kubelet => "kubelet wedged (PLEG)",
+            Fault::Pid1Wedge => "PID 1 wedged on the bus",
         }
     }
     fn key(self) -> &'static str {
@@ -381,7 +399,15 @@ impl Fault {
             Fault::Dockerd => "dockerd",
             Fault::Dead => "dead-containers",
             Fault::Kubelet => "kubelet-wedged",
+            Fault::Pid1Wedge => "pid1-wedged",
         }
+    }
+    /// A hang (a call that gets no answer): what the re-ask confirms.
+    fn is_hang(self) -> bool {
+        matches!(
+            self,
+            Fault::Logind | Fault::Dbus | Fault::Dockerd | Fault::Pid1Wedge
+        )
     }
     fn needs_docker(self) -> bool {
         matches!(self, Fault::Dockerd | Fault::Dead)
@@ -401,6 +427,7 @@ impl Fault {
             Fault::Kubelet => {
                 target == Some("kubelet") || finding == Some("kubelet-pleg-unhealthy")
             }
+            Fault::Pid1Wedge => target == Some("systemd") || finding == Some("systemd-bus-wedge"),
         }
     }
 }
@@ -438,6 +465,11 @@ fn inject(bed: &Bed, f: Fault, released: bool) -> (u64, Injected) {
             let t = now_us();
             (t, Injected::Dockerd(stop_dockerd()))
         }
+        Fault::Pid1Wedge => {
+            let t = now_us();
+            bed.fast_forward_pid1_serial(0xFFFF_FFFF);
+            (t, Injected::Nothing)
+        }
         Fault::Dead => {
             let d = TimedDead::create();
             if released {
@@ -463,10 +495,11 @@ fn boot(env: &BedEnv, docker: bool) -> Bed {
 // sections
 // ---------------------------------------------------------------------------------------------
 
-const ALL_FAULTS: [Fault; 5] = [
+const ALL_FAULTS: [Fault; 6] = [
     Fault::Logind,
     Fault::Dbus,
     Fault::Dockerd,
+    Fault::Pid1Wedge,
     Fault::Dead,
     Fault::Kubelet,
 ];
@@ -474,6 +507,16 @@ const ALL_FAULTS: [Fault; 5] = [
 struct Detection {
     latency_s: f64,
     event: String,
+    /// target-unhealthy's "N s since the first one started": from the start of the first
+    /// failed call to the confirmation.
+    confirmed_s: Option<f64>,
+}
+
+/// The seconds in target-unhealthy's "…, 15.0 s since the first one started: …".
+fn since_first_call(e: &Map<String, Value>) -> Option<f64> {
+    let m = field(e, "MESSAGE")?;
+    let (head, _) = m.split_once(" s since the first one started")?;
+    head.rsplit(' ').next()?.parse().ok()
 }
 
 fn detect_once(env: &BedEnv, p: &Profile, f: Fault) -> Option<Detection> {
@@ -481,18 +524,30 @@ fn detect_once(env: &BedEnv, p: &Profile, f: Fault) -> Option<Detection> {
     if f == Fault::Dead {
         ensure_no_dead_containers();
     }
-    let bed = boot(env, f.needs_docker());
+    let bed = if f == Fault::Pid1Wedge {
+        let affected = require_affected_bed().expect("no affected bed");
+        Bed::boot(&affected, BedOptions::affected_with_pleg_guard())
+    } else {
+        boot(env, f.needs_docker())
+    };
     // observe: detection only, nothing repaired behind our back
     bed.install_pleg_guard(&p.config("observe", ""));
     bed.start_pleg_guard();
+    if f == Fault::Pid1Wedge {
+        bed.pid1_bus_object();
+    }
     random_phase(p);
     let cursor = bed.journal_cursor();
     let (t0, guard) = inject(&bed, f, false);
     let limit = Duration::from_secs_f64(p.target_s() * 3.0 + 30.0);
     let e = poll_event(&bed, &cursor, limit, |e| f.detected_by(e));
+    let unhealthy = poll_event(&bed, &cursor, Duration::from_secs(2), |e| {
+        is_event(e, &["target-unhealthy"]) && f.detected_by(e)
+    });
     drop(guard);
     let e = e?;
     Some(Detection {
+        confirmed_s: unhealthy.as_ref().and_then(since_first_call),
         latency_s: secs_since(t0, ts(&e)?),
         event: format!(
             "{} {}",
@@ -886,7 +941,11 @@ fn main() {
             ));
             let mut per = Map::new();
             for f in ALL_FAULTS {
+                if !k.faults.iter().any(|x| x == f.key()) {
+                    continue;
+                }
                 let mut lat = Vec::new();
+                let mut confirmed = Vec::new();
                 let mut evs = BTreeMap::new();
                 for r in 0..k.repeat {
                     eprintln!("== detect {} / {} / run {}", p.name, f.name(), r + 1);
@@ -894,8 +953,12 @@ fn main() {
                         detect_once(&env, p, f)
                     }) {
                         Ok(Some(d)) => {
-                            eprintln!("   {:.2} s ({})", d.latency_s, d.event);
+                            eprintln!(
+                                "   {:.2} s ({}; confirmed {:?} s after the first failed call started)",
+                                d.latency_s, d.event, d.confirmed_s
+                            );
                             lat.push(d.latency_s);
+                            confirmed.extend(d.confirmed_s);
                             *evs.entry(d.event).or_insert(0) += 1;
                         }
                         Ok(None) => errors.push(format!(
@@ -919,7 +982,27 @@ fn main() {
                     if ok { "OK" } else { "MISS" },
                     evs.keys().cloned().collect::<Vec<_>>().join(", ")
                 ));
+                if f.is_hang() {
+                    let c_ok = stats(&confirmed).is_some_and(|s| s.max <= p.confirm_target_s())
+                        && confirmed.len() == k.repeat;
+                    verdicts.push((
+                        format!(
+                            "confirm {} {} <= {:.0} s after the first failed call",
+                            p.name,
+                            f.name(),
+                            p.confirm_target_s()
+                        ),
+                        c_ok,
+                    ));
+                    table.push(format!(
+                        "  {:<24} confirmed {:<26} {}  (first failed call -> target-unhealthy)",
+                        "",
+                        fmt_stats(&confirmed, "s", 2),
+                        if c_ok { "OK" } else { "MISS" },
+                    ));
+                }
                 let mut j = stats_json(&lat);
+                j["confirmed_s"] = stats_json(&confirmed);
                 j["target_s"] = json!(p.target_s());
                 j["within_target"] = json!(ok);
                 j["events"] = json!(evs);

@@ -10,7 +10,9 @@ use crate::action::ActionKind;
 use crate::config::Mode;
 use crate::diagnosis::{Finding, FindingId, Severity};
 use crate::probe::Round;
-use crate::report::status_file::{ActionRecord, BudgetStatus, Overall, Snapshot, SystemdStatus};
+use crate::report::status_file::{
+    ActionRecord, BudgetStatus, FleetStatus, Overall, Snapshot, SystemdStatus,
+};
 use crate::target::TargetState;
 
 /// What the action runner is doing.
@@ -59,6 +61,8 @@ pub struct Context {
     pub actions: Vec<ActionRecord>,
     /// Each action's remaining budget.
     pub budget: BTreeMap<String, BudgetStatus>,
+    /// The fleet budget, when configured.
+    pub fleet: Option<FleetStatus>,
 }
 
 impl Assessment<'_> {
@@ -161,6 +165,7 @@ impl Assessment<'_> {
             findings: self.findings.to_vec(),
             actions: ctx.actions,
             budget: ctx.budget,
+            fleet: ctx.fleet,
         }
     }
 }

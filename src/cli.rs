@@ -109,6 +109,11 @@ pub struct CheckConfigArgs {
     /// The file to check. [default: /etc/pleg-guard/config.toml]
     #[arg(value_name = "PATH")]
     pub path: Option<PathBuf>,
+    /// Also connect to `[fleet] etcd_endpoints` with the configured TLS files and credentials
+    /// and read the group: the TLS, auth and reachability errors the daemon would meet.
+    /// Exit 3 when that fails.
+    #[arg(long)]
+    pub connect: bool,
 }
 
 /// Arguments of `generate`.

@@ -31,7 +31,7 @@ pub const DEFAULT_STARTUP_GRACE: Duration = Duration::from_secs(30);
 pub const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Default latency above which an answering target is reported `slow` (1 s).
 pub const DEFAULT_SLOW_AFTER: Duration = Duration::from_secs(1);
-/// Default number of consecutive failed rounds before a target is unhealthy.
+/// Default number of consecutive failed calls before a target is unhealthy.
 pub const DEFAULT_UNHEALTHY_AFTER: u32 = 3;
 /// Default system bus socket.
 pub const DEFAULT_DBUS_SOCKET: &str = "/run/dbus/system_bus_socket";
@@ -148,6 +148,227 @@ pub struct Config {
     pub actions: ActionsConfig,
     /// `[metrics]`.
     pub metrics: MetricsConfig,
+    /// `[fleet]`.
+    pub fleet: FleetConfig,
+}
+
+/// Default `[fleet] group`.
+pub const DEFAULT_FLEET_GROUP: &str = "default";
+/// Default `[fleet] prefix`: the etcd key prefix every group lives under.
+pub const DEFAULT_FLEET_PREFIX: &str = "/pleg-guard";
+/// Default `[fleet] lease_ttl` (60 s): a dead holder's slot frees within this.
+pub const DEFAULT_FLEET_LEASE_TTL: Duration = Duration::from_secs(60);
+/// The shortest `[fleet] lease_ttl` (5 s): keep-alives go every third of it, and a shorter
+/// lease would expire on one slow etcd answer.
+pub const MIN_FLEET_LEASE_TTL: Duration = Duration::from_secs(5);
+/// The longest `[fleet] lease_ttl` (1 h): a dead holder blocks its group at most this long.
+pub const MAX_FLEET_LEASE_TTL: Duration = Duration::from_secs(3600);
+/// Default `[fleet] max_wait` (15 min): an emergency cure waits at most this long for a slot.
+pub const DEFAULT_FLEET_MAX_WAIT: Duration = Duration::from_secs(15 * 60);
+/// The longest a group or node name may be (it is one etcd key segment).
+pub const MAX_FLEET_NAME: usize = 253;
+
+/// `[fleet] max_disruptive`: how many nodes of the group may be in a disruptive repair at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MaxDisruptive {
+    /// `"2"`: at most this many.
+    Count(NonZeroU32),
+    /// `"5%"`: this share (1..=100) of the group's live members, rounded down, at least 1.
+    Percent(u8),
+}
+
+impl MaxDisruptive {
+    /// The number of slots for `members` live members (at least 1).
+    pub fn slots(self, members: usize) -> usize {
+        match self {
+            MaxDisruptive::Count(n) => usize::try_from(n.get()).unwrap_or(usize::MAX),
+            MaxDisruptive::Percent(p) => (members.saturating_mul(usize::from(p)) / 100).max(1),
+        }
+    }
+}
+
+impl fmt::Display for MaxDisruptive {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MaxDisruptive::Count(n) => write!(f, "{n}"),
+            MaxDisruptive::Percent(p) => write!(f, "{p}%"),
+        }
+    }
+}
+
+impl std::str::FromStr for MaxDisruptive {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let t = s.trim();
+        if let Some(p) = t.strip_suffix('%') {
+            return match p.trim().parse::<u8>() {
+                Ok(p @ 1..=100) => Ok(MaxDisruptive::Percent(p)),
+                _ => Err(format!(
+                    "\"{s}\" is not a share between \"1%\" and \"100%\""
+                )),
+            };
+        }
+        t.parse::<u32>()
+            .ok()
+            .and_then(NonZeroU32::new)
+            .map(MaxDisruptive::Count)
+            .ok_or_else(|| {
+                format!("\"{s}\" is neither a count of at least 1 (\"2\") nor a share (\"5%\")")
+            })
+    }
+}
+
+impl serde::Serialize for MaxDisruptive {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// `[fleet] on_unreachable`: what an action that needs a slot does while etcd cannot be
+/// reached (down, partitioned, no quorum) or refuses this node (bad certificate or password).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnUnreachable {
+    /// Hold the action until etcd answers (nothing acts without a slot).
+    Wait,
+    /// Act under the local rate limits only.
+    Local,
+}
+
+impl fmt::Display for OnUnreachable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            OnUnreachable::Wait => "wait",
+            OnUnreachable::Local => "local",
+        })
+    }
+}
+
+/// The password read from `[fleet] password_file`; never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// The secret itself, for the etcd client.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(..)")
+    }
+}
+
+/// `[fleet]`: the fleet-wide disruption budget kept in etcd.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FleetConfig {
+    /// `etcd_endpoints`: empty = no fleet budget.
+    pub etcd_endpoints: Vec<String>,
+    /// `group`: the pool sharing one budget.
+    pub group: String,
+    /// `max_disruptive`.
+    pub max_disruptive: MaxDisruptive,
+    /// `lease_ttl`: whole seconds, at least [`MIN_FLEET_LEASE_TTL`].
+    pub lease_ttl: Duration,
+    /// `on_unreachable`.
+    pub on_unreachable: OnUnreachable,
+    /// `max_wait`: an emergency cure waits at most this long for a slot.
+    pub max_wait: Duration,
+    /// `ca_file`: the CA that signed etcd's server certificates (None: the system's roots).
+    pub ca_file: Option<PathBuf>,
+    /// `cert_file`: this node's client certificate (with `key_file`).
+    pub cert_file: Option<PathBuf>,
+    /// `key_file`: its private key.
+    pub key_file: Option<PathBuf>,
+    /// `username`: etcd user (with `password_file`).
+    pub username: Option<String>,
+    /// `password_file`: the file the password was read from.
+    pub password_file: Option<PathBuf>,
+    /// The password read from `password_file` when the configuration was loaded.
+    pub password: Option<Secret>,
+    /// `node`: this node's name in the group (None: the host name).
+    pub node: Option<String>,
+    /// `prefix`: the etcd key prefix.
+    pub prefix: String,
+}
+
+impl FleetConfig {
+    /// Whether a fleet budget is configured at all.
+    pub fn enabled(&self) -> bool {
+        !self.etcd_endpoints.is_empty()
+    }
+
+    /// This node's name: `node`, or the kernel's host name.
+    pub fn node_name(&self) -> String {
+        self.node.clone().unwrap_or_else(|| {
+            std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .ok()
+                .map(|s| s.trim().to_owned())
+                .filter(|s| fleet_name_ok(s))
+                .unwrap_or_else(|| "localhost".to_owned())
+        })
+    }
+}
+
+impl Default for FleetConfig {
+    fn default() -> Self {
+        FleetConfig {
+            etcd_endpoints: Vec::new(),
+            group: DEFAULT_FLEET_GROUP.to_owned(),
+            max_disruptive: MaxDisruptive::Count(NonZeroU32::MIN),
+            lease_ttl: DEFAULT_FLEET_LEASE_TTL,
+            on_unreachable: OnUnreachable::Wait,
+            max_wait: DEFAULT_FLEET_MAX_WAIT,
+            ca_file: None,
+            cert_file: None,
+            key_file: None,
+            username: None,
+            password_file: None,
+            password: None,
+            node: None,
+            prefix: DEFAULT_FLEET_PREFIX.to_owned(),
+        }
+    }
+}
+
+/// A group or node name is one etcd key segment: letters, digits, `.`, `_`, `-`.
+pub fn fleet_name_ok(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= MAX_FLEET_NAME
+        && s != "."
+        && s != ".."
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}
+
+/// An etcd endpoint: `http(s)://host:port` (no path).
+fn check_endpoint(s: &str) -> Result<(), String> {
+    let rest = s
+        .strip_prefix("https://")
+        .or_else(|| s.strip_prefix("http://"))
+        .ok_or_else(|| format!("\"{s}\" is not an http:// or https:// URL"))?;
+    let authority = rest.strip_suffix('/').unwrap_or(rest);
+    if authority.contains('/') || authority.contains('?') || authority.contains('@') {
+        return Err(format!(
+            "\"{s}\" must be scheme://host:port only (no path, query or user)"
+        ));
+    }
+    let (host, port) = authority
+        .rsplit_once(':')
+        .filter(|(h, _)| !h.ends_with(']') || h.starts_with('['))
+        .filter(|(h, _)| !h.contains(':') || h.starts_with('['))
+        .ok_or_else(|| format!("\"{s}\" has no port (etcd's client port is usually 2379)"))?;
+    if port.parse::<u16>().map_or(true, |p| p == 0) {
+        return Err(format!("`{port}` in \"{s}\" is not a port number"));
+    }
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if host.is_empty() {
+        return Err(format!("\"{s}\" has no host"));
+    }
+    Ok(())
 }
 
 /// `[metrics]`: where the Prometheus metrics go.
@@ -164,7 +385,8 @@ pub struct MetricsConfig {
 pub struct ProbeConfig {
     /// Per-call timeout; a hung call is abandoned.
     pub timeout: Duration,
-    /// Consecutive failed rounds before a target is unhealthy.
+    /// Consecutive failed calls before a target is unhealthy (a failed target is re-asked at
+    /// once, [`crate::probe::reask`]).
     pub unhealthy_after: NonZeroU32,
     /// Latency above which an answer is `slow`.
     pub slow_after: Duration,
@@ -257,6 +479,8 @@ pub struct ActionConfig {
     pub max_per_day: NonZeroU32,
     /// How long to wait after the action before checking whether the symptom cleared.
     pub settle: Duration,
+    /// `fleet`: the action needs a slot of the fleet budget (when `[fleet]` is configured).
+    pub fleet: bool,
 }
 
 /// When a planned `daemon-reexec` runs before an affected PID 1 runs out of bus serials.
@@ -321,11 +545,12 @@ impl std::str::FromStr for HttpUrl {
 
 impl Default for Config {
     fn default() -> Self {
-        let action = |min_interval_s: u64, max_per_day: u32, settle_s: u64| ActionConfig {
+        let action = |min_interval_s: u64, max_per_day: u32, settle_s: u64, fleet| ActionConfig {
             enabled: true,
             min_interval: Duration::from_secs(min_interval_s),
             max_per_day: NonZeroU32::new(max_per_day).unwrap_or(NonZeroU32::MIN),
             settle: Duration::from_secs(settle_s),
+            fleet,
         };
         Config {
             mode: Mode::Repair,
@@ -373,9 +598,9 @@ impl Default for Config {
             },
             actions: ActionsConfig {
                 // 5 min apart, 24 a day, checked 30 s later.
-                purge_dead_containers: action(300, 24, 30),
+                purge_dead_containers: action(300, 24, 30, false),
                 // 1 h apart, 3 a day, checked 20 s later.
-                daemon_reexec: action(3600, 3, 20),
+                daemon_reexec: action(3600, 3, 20, true),
                 daemon_reexec_when: ReexecWhen::Affected,
                 daemon_reexec_preempt: PreemptConfig {
                     enabled: true,
@@ -383,12 +608,13 @@ impl Default for Config {
                     before: DEFAULT_PREEMPT_BEFORE,
                 },
                 // 30 min apart, 4 a day, checked 90 s later (kubelet needs a while to relist).
-                restart_kubelet: action(1800, 4, 90),
+                restart_kubelet: action(1800, 4, 90, true),
             },
             metrics: MetricsConfig {
                 textfile: Some(PathBuf::from(DEFAULT_METRICS_TEXTFILE)),
                 listen: None,
             },
+            fleet: FleetConfig::default(),
         }
     }
 }
@@ -527,6 +753,35 @@ fn check_relations(config: &Config, path: &Path) -> Result<(), ConfigError> {
             humantime::format_duration(config.probe.timeout)
         )));
     }
+    check_fleet_relations(&config.fleet).map_err(invalid)
+}
+
+/// Checks between `[fleet]` keys.
+fn check_fleet_relations(f: &FleetConfig) -> Result<(), String> {
+    if f.cert_file.is_some() != f.key_file.is_some() {
+        return Err(
+            "`fleet.cert_file` and `fleet.key_file` go together: set both or neither".to_owned(),
+        );
+    }
+    if f.username.is_some() != f.password_file.is_some() {
+        return Err(
+            "`fleet.username` and `fleet.password_file` go together: set both or neither"
+                .to_owned(),
+        );
+    }
+    let tls = f.ca_file.is_some() || f.cert_file.is_some();
+    if let Some(plain) = f.etcd_endpoints.iter().find(|e| e.starts_with("http://")) {
+        if tls {
+            return Err(format!(
+                "`fleet.etcd_endpoints` has \"{plain}\" (plain http) while `fleet.ca_file`/`fleet.cert_file` ask for TLS: use https:// endpoints"
+            ));
+        }
+        if f.etcd_endpoints.iter().any(|e| e.starts_with("https://")) {
+            return Err(
+                "`fleet.etcd_endpoints` mixes http:// and https:// endpoints: one cluster speaks one".to_owned(),
+            );
+        }
+    }
     Ok(())
 }
 
@@ -551,6 +806,25 @@ struct Fragment {
     kubelet: Option<KubeletFragment>,
     actions: Option<ActionsFragment>,
     metrics: Option<MetricsFragment>,
+    fleet: Option<FleetFragment>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FleetFragment {
+    etcd_endpoints: Field<Vec<Spanned<String>>>,
+    group: Field<String>,
+    max_disruptive: Field<String>,
+    lease_ttl: Field<String>,
+    on_unreachable: Field<String>,
+    max_wait: Field<String>,
+    ca_file: Field<String>,
+    cert_file: Field<String>,
+    key_file: Field<String>,
+    username: Field<String>,
+    password_file: Field<String>,
+    node: Field<String>,
+    prefix: Field<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -628,6 +902,7 @@ struct ActionFragment {
     min_interval: Field<String>,
     max_per_day: Field<i64>,
     settle: Field<String>,
+    fleet: Field<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -641,6 +916,7 @@ struct ReexecFragment {
     min_interval: Field<String>,
     max_per_day: Field<i64>,
     settle: Field<String>,
+    fleet: Field<bool>,
 }
 
 /// Applies one file's values over `config`, validating each with its position.
@@ -885,6 +1161,7 @@ fn apply_file(config: &mut Config, path: &Path, text: &str) -> Result<(), Config
                 p.max_per_day,
                 p.settle,
             )?;
+            a.set(&mut config.actions.purge_dead_containers.fleet, p.fleet);
         }
         if let Some(r) = actions.daemon_reexec {
             if let Some(w) = r.when {
@@ -931,6 +1208,7 @@ fn apply_file(config: &mut Config, path: &Path, text: &str) -> Result<(), Config
                 r.max_per_day,
                 r.settle,
             )?;
+            a.set(&mut config.actions.daemon_reexec.fleet, r.fleet);
         }
         if let Some(k) = actions.restart_kubelet {
             a.action(
@@ -941,10 +1219,14 @@ fn apply_file(config: &mut Config, path: &Path, text: &str) -> Result<(), Config
                 k.max_per_day,
                 k.settle,
             )?;
+            a.set(&mut config.actions.restart_kubelet.fleet, k.fleet);
         }
     }
     if let Some(m) = f.metrics {
         a.metrics(&mut config.metrics, m)?;
+    }
+    if let Some(fl) = f.fleet {
+        a.fleet(&mut config.fleet, fl)?;
     }
     Ok(())
 }
@@ -995,6 +1277,152 @@ impl Applier<'_> {
                     }
                 }
             };
+        }
+        Ok(())
+    }
+}
+
+impl Applier<'_> {
+    /// An optional absolute path: `""` unsets it.
+    fn optional_path(
+        &self,
+        slot: &mut Option<PathBuf>,
+        key: &str,
+        field: Field<String>,
+    ) -> Result<(), ConfigError> {
+        let Some(v) = field else { return Ok(()) };
+        let text = v.get_ref();
+        *slot = if text.is_empty() {
+            None
+        } else if !text.starts_with('/') {
+            return Err(self.error_at(
+                v.span().start,
+                format!("`{key}` must be an absolute path (or \"\" for none), not `{text}`"),
+            ));
+        } else {
+            Some(PathBuf::from(text))
+        };
+        Ok(())
+    }
+
+    /// `[fleet]`.
+    fn fleet(&self, slot: &mut FleetConfig, f: FleetFragment) -> Result<(), ConfigError> {
+        if let Some(list) = f.etcd_endpoints {
+            let mut endpoints = Vec::new();
+            for item in list.into_inner() {
+                let e = item.get_ref().trim();
+                check_endpoint(e).map_err(|m| {
+                    self.error_at(item.span().start, format!("`fleet.etcd_endpoints`: {m}"))
+                })?;
+                endpoints.push(e.trim_end_matches('/').to_owned());
+            }
+            slot.etcd_endpoints = endpoints;
+        }
+        if let Some(g) = f.group {
+            if !fleet_name_ok(g.get_ref()) {
+                return Err(self.error_at(
+                    g.span().start,
+                    format!(
+                        "`fleet.group` must be 1 to {MAX_FLEET_NAME} letters, digits, `.`, `_` or `-` (it is an etcd key segment), not \"{}\"",
+                        g.get_ref()
+                    ),
+                ));
+            }
+            slot.group = g.into_inner();
+        }
+        if let Some(m) = f.max_disruptive {
+            slot.max_disruptive = m.get_ref().parse().map_err(|e| {
+                self.error_at(m.span().start, format!("`fleet.max_disruptive`: {e}"))
+            })?;
+        }
+        if let Some(v) = f.lease_ttl {
+            let d = parse_duration(v.get_ref())
+                .map_err(|e| self.error_at(v.span().start, format!("`fleet.lease_ttl`: {e}")))?;
+            if d < MIN_FLEET_LEASE_TTL || d > MAX_FLEET_LEASE_TTL || d.subsec_nanos() != 0 {
+                return Err(self.error_at(
+                    v.span().start,
+                    format!(
+                        "`fleet.lease_ttl` must be whole seconds between \"5s\" and \"1h\" (etcd leases count seconds; keep-alives go every third), not \"{}\"",
+                        v.get_ref()
+                    ),
+                ));
+            }
+            slot.lease_ttl = d;
+        }
+        if let Some(v) = f.on_unreachable {
+            slot.on_unreachable = match v.get_ref().as_str() {
+                "wait" => OnUnreachable::Wait,
+                "local" => OnUnreachable::Local,
+                other => {
+                    return Err(self.error_at(
+                        v.span().start,
+                        format!(
+                            "`fleet.on_unreachable` must be \"wait\" or \"local\", not \"{other}\""
+                        ),
+                    ));
+                }
+            };
+        }
+        self.duration(&mut slot.max_wait, "fleet.max_wait", f.max_wait, false)?;
+        self.optional_path(&mut slot.ca_file, "fleet.ca_file", f.ca_file)?;
+        self.optional_path(&mut slot.cert_file, "fleet.cert_file", f.cert_file)?;
+        self.optional_path(&mut slot.key_file, "fleet.key_file", f.key_file)?;
+        if let Some(u) = f.username {
+            let name = u.into_inner();
+            slot.username = (!name.is_empty()).then_some(name);
+        }
+        if let Some(p) = f.password_file {
+            let start = p.span().start;
+            self.optional_path(&mut slot.password_file, "fleet.password_file", Some(p))?;
+            slot.password = match &slot.password_file {
+                None => None,
+                Some(file) => {
+                    let text = std::fs::read_to_string(file).map_err(|e| {
+                        self.error_at(
+                            start,
+                            format!("`fleet.password_file`: cannot read {}: {e}", file.display()),
+                        )
+                    })?;
+                    let password = text.strip_suffix('\n').unwrap_or(&text);
+                    let password = password.strip_suffix('\r').unwrap_or(password);
+                    if password.is_empty() {
+                        return Err(self.error_at(
+                            start,
+                            format!("`fleet.password_file`: {} is empty", file.display()),
+                        ));
+                    }
+                    Some(Secret(password.to_owned()))
+                }
+            };
+        }
+        if let Some(n) = f.node {
+            let name = n.get_ref();
+            slot.node = if name.is_empty() {
+                None
+            } else if fleet_name_ok(name) {
+                Some(name.clone())
+            } else {
+                return Err(self.error_at(
+                    n.span().start,
+                    format!(
+                        "`fleet.node` must be 1 to {MAX_FLEET_NAME} letters, digits, `.`, `_` or `-` (or \"\" for the host name), not \"{name}\""
+                    ),
+                ));
+            };
+        }
+        if let Some(p) = f.prefix {
+            let text = p.get_ref();
+            let ok =
+                text.starts_with('/') && text.len() > 1 && text[1..].split('/').all(fleet_name_ok);
+            if !ok {
+                return Err(self.error_at(
+                    p.span().start,
+                    format!(
+                        "`fleet.prefix` must be an absolute key path such as \"/pleg-guard\" (segments of letters, digits, `.`, `_`, `-`; no trailing `/`), not \"{text}\""
+                    ),
+                ));
+            }
+            slot.prefix = p.into_inner();
         }
         Ok(())
     }
@@ -1367,6 +1795,180 @@ max_per_day = 4
             .to_string();
         assert!(e.contains("missing.toml"), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn fleet_keys_are_read() {
+        let dir = std::env::temp_dir().join(format!("pg-fleet-cfg-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let pw = dir.join("pw");
+        std::fs::write(&pw, "s3cret\n").unwrap();
+        let text = format!(
+            r#"
+[fleet]
+etcd_endpoints = ["https://10.0.0.5:2379", "https://[::1]:2379/"]
+group = "pool-a.eu_1"
+max_disruptive = "5%"
+lease_ttl = "30s"
+on_unreachable = "local"
+max_wait = "5m"
+ca_file = "/etc/pleg-guard/etcd-ca.pem"
+cert_file = "/etc/pleg-guard/node.pem"
+key_file = "/etc/pleg-guard/node-key.pem"
+username = "pleg"
+password_file = "{}"
+node = "node-17"
+prefix = "/ops/pleg-guard"
+
+[actions.purge_dead_containers]
+fleet = true
+[actions.restart_kubelet]
+fleet = false
+"#,
+            pw.display()
+        );
+        let c = parse(&text).unwrap();
+        let f = &c.fleet;
+        assert!(f.enabled());
+        assert_eq!(
+            f.etcd_endpoints,
+            ["https://10.0.0.5:2379", "https://[::1]:2379"]
+        );
+        assert_eq!(f.group, "pool-a.eu_1");
+        assert_eq!(f.max_disruptive, MaxDisruptive::Percent(5));
+        assert_eq!(f.lease_ttl, Duration::from_secs(30));
+        assert_eq!(f.on_unreachable, OnUnreachable::Local);
+        assert_eq!(f.max_wait, Duration::from_secs(300));
+        assert_eq!(f.password.as_ref().map(Secret::expose), Some("s3cret"));
+        assert!(
+            !format!("{f:?}").contains("s3cret"),
+            "Debug hides the password"
+        );
+        assert_eq!(f.node_name(), "node-17");
+        assert_eq!(f.prefix, "/ops/pleg-guard");
+        assert!(c.actions.purge_dead_containers.fleet);
+        assert!(c.actions.daemon_reexec.fleet, "default stays");
+        assert!(!c.actions.restart_kubelet.fleet);
+        let d = Config::default();
+        assert!(!d.fleet.enabled());
+        assert!(!d.actions.purge_dead_containers.fleet);
+        assert!(d.actions.daemon_reexec.fleet && d.actions.restart_kubelet.fleet);
+        assert!(!d.fleet.node_name().is_empty());
+
+        let missing = dir.join("nope");
+        let e = parse(&format!(
+            "[fleet]\nusername = \"u\"\npassword_file = \"{}\"\n",
+            missing.display()
+        ))
+        .unwrap_err();
+        assert!(
+            e.contains(":3:17: `fleet.password_file`: cannot read") && e.contains("nope"),
+            "{e}"
+        );
+        std::fs::write(&pw, "\n").unwrap();
+        let e = parse(&format!(
+            "[fleet]\nusername = \"u\"\npassword_file = \"{}\"\n",
+            pw.display()
+        ))
+        .unwrap_err();
+        assert!(
+            e.contains("`fleet.password_file`") && e.contains("is empty"),
+            "{e}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn bad_fleet_values_are_named() {
+        for (text, expect) in [
+            (
+                "etcd_endpoints = [\"10.0.0.5:2379\"]",
+                "`fleet.etcd_endpoints`: \"10.0.0.5:2379\" is not an http",
+            ),
+            ("etcd_endpoints = [\"https://10.0.0.5\"]", "has no port"),
+            (
+                "etcd_endpoints = [\"https://10.0.0.5:0\"]",
+                "is not a port number",
+            ),
+            ("etcd_endpoints = [\"https://:2379\"]", "has no host"),
+            ("etcd_endpoints = [\"https://h:2379/v3\"]", "no path"),
+            ("group = \"\"", "`fleet.group` must be"),
+            ("group = \"a/b\"", "`fleet.group` must be"),
+            ("group = \"..\"", "`fleet.group` must be"),
+            (
+                "max_disruptive = \"0\"",
+                "`fleet.max_disruptive`: \"0\" is neither",
+            ),
+            ("max_disruptive = \"two\"", "`fleet.max_disruptive`"),
+            ("max_disruptive = \"0%\"", "between \"1%\" and \"100%\""),
+            ("max_disruptive = \"101%\"", "between \"1%\" and \"100%\""),
+            (
+                "lease_ttl = \"2s\"",
+                "`fleet.lease_ttl` must be whole seconds",
+            ),
+            (
+                "lease_ttl = \"5500ms\"",
+                "`fleet.lease_ttl` must be whole seconds",
+            ),
+            ("lease_ttl = \"2h\"", "`fleet.lease_ttl`"),
+            (
+                "on_unreachable = \"panic\"",
+                "`fleet.on_unreachable` must be \"wait\" or \"local\"",
+            ),
+            ("max_wait = \"0s\"", "`fleet.max_wait` must be above zero"),
+            ("max_wait = \"2y\"", "`fleet.max_wait` must be at most"),
+            (
+                "ca_file = \"ca.pem\"",
+                "`fleet.ca_file` must be an absolute path",
+            ),
+            ("node = \"a b\"", "`fleet.node` must be"),
+            ("prefix = \"pleg\"", "`fleet.prefix` must be"),
+            ("prefix = \"/pleg/\"", "`fleet.prefix` must be"),
+            ("bogus = 1", "unknown key `bogus`"),
+        ] {
+            let e = parse(&format!("[fleet]\n{text}\n")).unwrap_err();
+            assert!(e.contains(":2:"), "{text}: {e}");
+            assert!(e.contains(expect), "{text}: {e}");
+        }
+        for (text, expect) in [
+            (
+                "cert_file = \"/c.pem\"",
+                "`fleet.cert_file` and `fleet.key_file` go together",
+            ),
+            (
+                "username = \"u\"",
+                "`fleet.username` and `fleet.password_file` go together",
+            ),
+            (
+                "etcd_endpoints = [\"http://h:2379\"]\nca_file = \"/ca.pem\"",
+                "plain http",
+            ),
+            (
+                "etcd_endpoints = [\"http://h:2379\", \"https://g:2379\"]",
+                "mixes http:// and https://",
+            ),
+        ] {
+            let e = parse(&format!("[fleet]\n{text}\n")).unwrap_err();
+            assert!(e.contains(expect), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn max_disruptive_slots() {
+        let p = |s: &str| s.parse::<MaxDisruptive>().unwrap();
+        assert_eq!(p("2").slots(100), 2);
+        assert_eq!(p(" 3 ").to_string(), "3");
+        assert_eq!(p("50%").slots(4), 2);
+        assert_eq!(p("50%").slots(2), 1);
+        assert_eq!(p("5%").slots(10), 1, "at least one");
+        assert_eq!(p("5%").slots(0), 1);
+        assert_eq!(p("5%").slots(2000), 100);
+        assert_eq!(p("100%").to_string(), "100%");
+        assert_eq!(
+            serde_json::to_value(p("5%")).unwrap(),
+            serde_json::json!("5%")
+        );
     }
 
     #[test]

@@ -546,6 +546,7 @@ mod tests {
             min_interval: Duration::from_secs(min_interval),
             max_per_day: NonZeroU32::new(max).unwrap(),
             settle: Duration::from_secs(10),
+            fleet: false,
         }
     }
 

@@ -17,6 +17,7 @@ pub mod cmd;
 pub mod config;
 pub mod daemon;
 pub mod diagnosis;
+pub mod fleet;
 pub mod forecast;
 pub mod ladder;
 pub mod ledger;

@@ -96,3 +96,67 @@ fn probes_and_actions_stand_on_the_client_layer_and_not_on_each_other() {
     wrong.extend(mentions("client", "crate::action", false));
     assert!(wrong.is_empty(), "layering broken: {wrong:#?}");
 }
+
+/// Whether a top-level line may stand after a test module: blank, indented, a comment, an
+/// attribute or a module declared in its own file (`mod tests;`).
+fn test_or_blank(line: &str) -> bool {
+    line.is_empty()
+        || line.starts_with(char::is_whitespace)
+        || line.starts_with("//")
+        || line.starts_with("#[")
+        || (line.starts_with("mod ") && line.ends_with(';'))
+}
+
+/// Lines of `text` at the top level that come after an inline test module (`#[cfg(test)]` then
+/// `mod name {`, closed by a `}` in column 0): only further test modules (inline or in their own
+/// file) may follow one.
+fn code_after_tests(text: &str) -> Vec<String> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut found = Vec::new();
+    let mut in_tests = false;
+    let mut after_tests = false;
+    let mut i = 0;
+    while i < lines.len() {
+        let line = lines[i];
+        let opens_tests = line == "#[cfg(test)]"
+            && lines.get(i + 1).is_some_and(|next| {
+                let next = next.trim_start_matches("pub(crate) ");
+                next.starts_with("mod ") && next.ends_with('{')
+            });
+        if in_tests {
+            in_tests = line != "}";
+        } else if opens_tests {
+            in_tests = true;
+            after_tests = true;
+            i += 1;
+        } else if after_tests && !test_or_blank(line) {
+            found.push(format!("{}: {line}", i + 1));
+        }
+        i += 1;
+    }
+    found
+}
+
+#[test]
+fn test_modules_come_last() {
+    assert_eq!(
+        code_after_tests("fn a() {}\n\n#[cfg(test)]\nmod tests {\n    fn t() {}\n}\n"),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        code_after_tests("#[cfg(test)]\nmod tests {\n}\n\npub fn late() {}\n"),
+        vec!["5: pub fn late() {}".to_owned()]
+    );
+    let offenders: Vec<String> = all_sources()
+        .into_iter()
+        .flat_map(|(p, text)| {
+            code_after_tests(&text)
+                .into_iter()
+                .map(move |l| format!("{}:{l}", p.display()))
+        })
+        .collect();
+    assert!(
+        offenders.is_empty(),
+        "code after a test module (tests belong at the end): {offenders:#?}"
+    );
+}

@@ -25,12 +25,18 @@ if [ "$(id -u)" != 0 ]; then
     exit 2
 fi
 
-step "Debian packages for packaging and metrics: rpm, lintian, rpmlint, binutils, python3-venv, prometheus, node_exporter"
+step "Debian packages for packaging, metrics and the fleet budget: rpm, lintian, rpmlint, binutils, python3-venv, prometheus, node_exporter, etcd, protoc, socat, openssl"
 need=()
+# etcd-server/etcd-client: tests/fleet.rs and benches/fleet.rs start their own 3-member TLS
+# cluster on free loopback ports (tests/support/etcd.rs, certificates by openssl)
 for tool in rpm:rpm lintian:lintian rpmlint:rpmlint systemd-analyze:systemd objdump:binutils \
-    python3:python3 promtool:prometheus prometheus-node-exporter:prometheus-node-exporter; do
+    python3:python3 promtool:prometheus prometheus-node-exporter:prometheus-node-exporter \
+    etcd:etcd-server etcdctl:etcd-client socat:socat openssl:openssl; do
     command -v "${tool%%:*}" >/dev/null || need+=("${tool#*:}")
 done
+# etcd-client's build script compiles etcd's .proto files: protoc and protobuf's own includes
+command -v protoc >/dev/null || need+=(protobuf-compiler)
+[ -e /usr/include/google/protobuf/descriptor.proto ] || need+=(libprotobuf-dev)
 # packaging/zig-toolchain.sh puts zig (PyPI's ziglang) into a venv
 python3 -c 'import ensurepip' 2>/dev/null || need+=(python3-venv)
 if [ "${#need[@]}" -gt 0 ]; then
@@ -39,6 +45,10 @@ if [ "${#need[@]}" -gt 0 ]; then
     # loopback or in a bed's network namespace)
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}"
 fi
+
+# Debian's etcd-server starts its own single-member etcd (etcd.service, 127.0.0.1:2379): the
+# tests need none of it (they start their own clusters); without systemd this just fails
+systemctl disable --now etcd >/dev/null 2>&1 || true
 
 step "packaging tools, in the background: cargo-deb, cargo-generate-rpm, cargo-zigbuild + zig"
 (
@@ -83,8 +93,8 @@ cargo test --locked --lib --bins
 
 # Two groups of integration test binaries side by side, each binary two tests at a time:
 # about four beds at once on two cores. Balanced by their measured run times.
-group_a=(daemon_scenarios serial_forecast faults metrics containerd layout)
-group_b=(packaging real_bug bed_smoke systemd_citizen diagnose old_distros)
+group_a=(daemon_scenarios serial_forecast faults metrics containerd layout npd_config fleet docker_hostile)
+group_b=(packaging real_bug bed_smoke systemd_citizen diagnose old_distros npd fleet_beds)
 known=" ${group_a[*]} ${group_b[*]} "
 for f in tests/*.rs; do
     t=$(basename "$f" .rs)

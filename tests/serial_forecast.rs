@@ -41,6 +41,15 @@ fn events(bed: &Bed, event: &str, finding: Option<&str>) -> Vec<serde_json::Map<
     bed.pleg_guard_events(event, &fields)
 }
 
+/// `pleg-guard npd-check NAME` in the bed, as node-problem-detector runs it: (exit code, first
+/// line).
+fn npd_check(bed: &Bed, name: &str) -> (i32, String) {
+    let o = bed.sh(&format!("pleg-guard npd-check {name}"));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let line = out.lines().next().unwrap_or_default().to_owned();
+    (o.status.code().unwrap_or(-1), line)
+}
+
 fn wait_status(bed: &Bed, what: &str, timeout: Duration, pred: impl Fn(&Value) -> bool) -> Value {
     let start = Instant::now();
     loop {
@@ -98,6 +107,14 @@ fn planned_reexec_comes_before_the_overflow_and_pid1_never_stops_answering() {
         "forecast after {:?}: {rate:.0}/s, eta {eta} s",
         t0.elapsed()
     );
+    // node-problem-detector's rule sees it too: the condition is true, with the ETA.
+    let (code, message) = npd_check(&bed, "SystemdSerialExhaustion");
+    assert_eq!(code, 1, "{message}");
+    assert!(
+        message.starts_with("PID 1 runs out of bus serials in ~") && message.chars().count() <= 80,
+        "{message}"
+    );
+    eprintln!("npd-check SystemdSerialExhaustion: exit {code}, {message:?}");
     assert_eq!(
         bed.reexec_count(),
         0,
@@ -137,6 +154,14 @@ fn planned_reexec_comes_before_the_overflow_and_pid1_never_stops_answering() {
     std::thread::sleep(secs(3));
     assert_eq!(bed.reexec_count(), 1, "exactly one reexec");
     assert_eq!(events(&bed, "action-started", None).len(), 1);
+    // The cure shows on the Node: the condition turns false once the serial starts again.
+    wait_status(&bed, "the forecast finding cleared", secs(30), |s| {
+        s["findings"]
+            .as_array()
+            .is_some_and(|f| f.iter().all(|f| f["id"] != "systemd-serial-exhaustion"))
+    });
+    let (code, message) = npd_check(&bed, "SystemdSerialExhaustion");
+    assert_eq!(code, 0, "after the planned reexec: {message}");
 
     // PID 1 never stopped answering: the load's calls were all answered (a reexec drops the
     // name for a moment: those calls get an error reply, never silence), none was left

@@ -3,7 +3,8 @@
 use std::process::ExitCode;
 
 use crate::cli::CheckConfigArgs;
-use crate::config;
+use crate::config::{self, Config};
+use crate::fleet::{Fleet, FleetSettings};
 
 /// Exit 0 when valid, 2 when not.
 pub fn main(args: CheckConfigArgs) -> ExitCode {
@@ -18,11 +19,60 @@ pub fn main(args: CheckConfigArgs) -> ExitCode {
             for source in &loaded.sources {
                 println!("{}: ok", source.display());
             }
+            if args.connect {
+                return connect(&loaded.config);
+            }
             ExitCode::SUCCESS
         }
         Err(e) => {
             eprintln!("{e}");
             ExitCode::from(2)
+        }
+    }
+}
+
+/// `--connect`: reach etcd as the daemon would and read the group. Exit 3 when that fails.
+fn connect(config: &Config) -> ExitCode {
+    let timeout = config.probe.timeout.max(std::time::Duration::from_secs(2));
+    let Some(settings) = FleetSettings::from_config(&config.fleet, timeout) else {
+        println!("[fleet]: not configured (no etcd_endpoints): nothing to connect to");
+        return ExitCode::SUCCESS;
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("cannot start a runtime: {e}");
+            return ExitCode::from(3);
+        }
+    };
+    match runtime.block_on(Fleet::check(&settings)) {
+        Ok(view) => {
+            println!(
+                "[fleet]: etcd ok; group {} ({}): {} members alive, {} of {} slots held, {} waiting; this node is \"{}\"",
+                view.group,
+                settings.group_prefix(),
+                view.members_alive.unwrap_or(0),
+                view.holders.len(),
+                view.max_disruptive.unwrap_or(0),
+                view.waiting,
+                settings.node
+            );
+            for h in &view.holders {
+                println!(
+                    "  holder {} {} since {}",
+                    h.node,
+                    h.action,
+                    crate::report::time_format::rfc3339(h.since)
+                );
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("[fleet]: {e}");
+            ExitCode::from(3)
         }
     }
 }

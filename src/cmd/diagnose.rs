@@ -1,6 +1,9 @@
 //! `pleg-guard diagnose`: probe everything once, print each target and finding, act on
 //! nothing. Finishes within about `probe.timeout` + 1 s even when every target hangs.
 
+use crate::config::Config;
+use crate::fleet::{Fleet, FleetError, FleetSettings, FleetView};
+use crate::report::status_file::{FleetNodeStatus, FleetStatus};
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
@@ -25,9 +28,10 @@ pub fn main(args: DiagnoseArgs) -> ExitCode {
     };
     let snapshot = runtime.block_on(async {
         let mut prober = Prober::new(&config);
-        let (round, package) = tokio::join!(
+        let (round, package, fleet) = tokio::join!(
             prober.round(),
-            systemd::package_version(config.probe.timeout)
+            systemd::package_version(config.probe.timeout),
+            fleet_status(&config)
         );
         // What the daemon would know of systemd after this one round (diagnose writes
         // nothing: a wedge seen now is proof for this report only).
@@ -51,6 +55,7 @@ pub fn main(args: DiagnoseArgs) -> ExitCode {
         .snapshot(assessment::Context {
             interval: config.interval,
             at: Some(round.at),
+            fleet,
             ..assessment::Context::default()
         })
     });
@@ -64,4 +69,48 @@ pub fn main(args: DiagnoseArgs) -> ExitCode {
     } else {
         ExitCode::from(1)
     }
+}
+
+/// The fleet group as one read shows it (None: no `[fleet]`), within `probe.timeout`.
+async fn fleet_status(config: &Config) -> Option<FleetStatus> {
+    let timeout = config.probe.timeout;
+    let settings = FleetSettings::from_config(&config.fleet, timeout)?;
+    let result = match tokio::time::timeout(timeout, Fleet::check(&settings)).await {
+        Ok(r) => r,
+        Err(_) => Err(FleetError::Unreachable(format!(
+            "no answer within {}",
+            humantime::format_duration(timeout)
+        ))),
+    };
+    let (view, state, reason) = match result {
+        Ok(view) => {
+            let holding = view.holders.iter().any(|h| h.node == settings.node);
+            (view, if holding { "holding" } else { "idle" }, None)
+        }
+        Err(e) => {
+            let state = if e.is_rejection() {
+                "rejected"
+            } else {
+                "unreachable"
+            };
+            let view = FleetView {
+                group: settings.group.clone(),
+                last_error: Some(e.to_string()),
+                ..FleetView::default()
+            };
+            (view, state, Some(e.to_string()))
+        }
+    };
+    Some(FleetStatus::of(
+        &view,
+        &settings.node,
+        config.fleet.max_disruptive.to_string(),
+        FleetNodeStatus {
+            state: state.to_owned(),
+            action: None,
+            wait_s: None,
+            position: None,
+            reason,
+        },
+    ))
 }

@@ -15,7 +15,8 @@
 //! loop is killed by systemd), SIGHUP (reload) and SIGTERM/SIGINT (stop at once, abandoning
 //! any call in flight; the ledger already holds a started action).
 
-pub mod runner;
+pub mod fleet_gate;
+mod runner;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -29,6 +30,7 @@ use crate::assessment::{self, Assessment};
 use crate::config::{self, Config, Mode};
 use crate::diagnosis::{Diagnosis, FindingId, Severity, Transition};
 use crate::ladder::{self, Decision};
+use crate::probe::reask::{Reask, Reasked};
 use crate::probe::{self, Prober, Round};
 use crate::report::event::EventKind;
 use crate::report::journal::{Event, emit};
@@ -36,6 +38,7 @@ use crate::report::notify;
 use crate::report::status_file::{self, Snapshot};
 
 use crate::systemd_watch::SystemdWatch;
+use fleet_gate::{FleetGate, Gate};
 use runner::{ActionRunner, join};
 
 /// How many past action runs status.json lists.
@@ -47,6 +50,8 @@ pub struct Daemon {
     config_path: Option<PathBuf>,
     dry_run: bool,
     prober: Prober,
+    /// Failed targets asked again off the round ([`crate::probe::reask`]).
+    reask: Reask<Prober>,
     diagnosis: Diagnosis,
     runner: ActionRunner,
     systemd: SystemdWatch,
@@ -59,6 +64,8 @@ pub struct Daemon {
     next_step: Option<String>,
     /// Prometheus metrics: the textfile and the `/metrics` endpoint.
     metrics: crate::metrics::Exporter,
+    /// The fleet budget (None: `[fleet]` not configured, or its files unusable).
+    fleet: Option<FleetGate>,
 }
 
 impl Daemon {
@@ -67,6 +74,7 @@ impl Daemon {
     pub fn new(config: Config, config_path: Option<PathBuf>, dry_run: bool) -> Self {
         Daemon {
             prober: daemon_prober(&config),
+            reask: Reask::for_config(&config),
             diagnosis: Diagnosis::new(config.probe.unhealthy_after.get()),
             runner: ActionRunner::open(&config.state_directory, Arc::new(RealExecutor)),
             systemd: SystemdWatch::new(&config.state_directory),
@@ -76,6 +84,7 @@ impl Daemon {
             last_round: None,
             next_step: None,
             metrics: crate::metrics::Exporter::default(),
+            fleet: None,
             config,
             config_path,
             dry_run,
@@ -109,15 +118,24 @@ impl Daemon {
             env!("CARGO_PKG_VERSION")
         );
 
+        match FleetGate::start(&self.config) {
+            None => {}
+            Some(Ok(gate)) => self.fleet = Some(gate),
+            Some(Err(e)) => tracing::error!(
+                "[fleet] cannot be used ({e}): actions that need a fleet slot will not run; fix the configuration and reload"
+            ),
+        }
+
         // The first round, then READY=1 (systemctl start returns once we have looked). The
         // package database is asked alongside: it is the slowest part of starting.
         let timeout = self.config.probe.timeout;
+        let started = Instant::now();
         tokio::select! {
             (round, package) = async {
                 tokio::join!(self.prober.round(), probe::systemd::package_version(timeout))
             } => {
                 self.package_version = package;
-                self.after_round(round).await
+                self.after_calls(Reasked { round, started }).await
             }
             _ = sigterm.recv() => return Ok(()),
             _ = sigint.recv() => return Ok(()),
@@ -162,9 +180,15 @@ impl Daemon {
                 report = self.runner.next_report(), if self.runner.running() => {
                     self.action_done(report).await;
                 }
+                reasked = self.reask.next(), if self.reask.running() => self.after_calls(reasked).await,
+                () = fleet_changed(&mut self.fleet) => self.fleet_changed(),
                 _ = ticker.tick() => {
+                    let started = Instant::now();
+                    let reask = &self.reask;
                     tokio::select! {
-                        round = self.prober.round() => self.after_round(round).await,
+                        round = self.prober.round_of(|t| !reask.holds(t)) => {
+                            self.after_calls(Reasked { round, started }).await
+                        }
                         _ = sigterm.recv() => break,
                         _ = sigint.recv() => break,
                     }
@@ -173,6 +197,9 @@ impl Daemon {
         }
         notify::stopping();
         tracing::info!("pleg-guard stopping");
+        if let Some(gate) = self.fleet.take() {
+            gate.shutdown().await;
+        }
         Ok(())
     }
 
@@ -194,6 +221,7 @@ impl Daemon {
                     self.systemd.move_to(&new.state_directory);
                 }
                 self.prober = daemon_prober(&new);
+                self.reask = Reask::for_config(&new);
                 self.diagnosis
                     .set_unhealthy_after(new.probe.unhealthy_after.get());
                 self.config = new;
@@ -205,7 +233,17 @@ impl Daemon {
         changed
     }
 
-    /// Everything that follows a probe round.
+    /// A round's (or a re-ask's) observations counted, then the re-ask of what failed.
+    async fn after_calls(&mut self, calls: Reasked) {
+        let Reasked { round, started } = calls;
+        let asked = round.clone();
+        self.after_round(round).await;
+        let diagnosis = &self.diagnosis;
+        self.reask
+            .follow_up(&asked, started, |t| diagnosis.failures(t));
+    }
+
+    /// Everything that follows a probe round (or a re-ask: a round of a few targets).
     async fn after_round(&mut self, round: Round) {
         let now = SystemTime::now();
         let outlook = self.systemd.observe(
@@ -232,7 +270,7 @@ impl Daemon {
             });
         }
         self.systemd.remember_wedge(self.diagnosis.findings());
-        self.last_round = Some(round);
+        self.last_round = Some(Round::merged(self.last_round.as_ref(), &round));
         let diagnosis = &self.diagnosis;
         self.runner.check_settled(|id| diagnosis.has(id));
         self.climb_ladder();
@@ -251,8 +289,15 @@ impl Daemon {
             .unwrap_or_default();
         let message = match kind {
             EventKind::TargetUnhealthy => format!(
-                "{target} unhealthy after {} failed rounds: {detail}",
-                self.config.probe.unhealthy_after
+                "{target} unhealthy after {} failed calls in a row{}: {detail}",
+                self.config.probe.unhealthy_after,
+                self.diagnosis
+                    .failing_since(target)
+                    .and_then(|t| SystemTime::now().duration_since(t).ok())
+                    .map_or(String::new(), |d| format!(
+                        ", {:.1} s since the first one started",
+                        d.as_secs_f64()
+                    ))
             ),
             _ => format!("{target} recovered: {detail}"),
         };
@@ -284,10 +329,33 @@ impl Daemon {
         self.next_step = (in_grace && findings.iter().any(|f| f.severity() == Severity::Problem))
             .then(|| "no action during startup grace".to_owned());
 
+        let wanted: Vec<ActionKind> = decisions
+            .iter()
+            .filter_map(|d| match d {
+                Decision::Act { action, .. } => Some(*action),
+                _ => None,
+            })
+            .collect();
         for d in decisions {
             match d {
                 Decision::Act { action, aimed_at } => {
                     let why = self.systemd.planned_because(&aimed_at, &self.config);
+                    if let Some(gate) = self
+                        .fleet
+                        .as_mut()
+                        .filter(|_| action.config(&self.config.actions).fleet)
+                    {
+                        let urgency = fleet_gate::urgency_of(
+                            action,
+                            aimed_at.contains(&FindingId::SystemdSerialExhaustion),
+                        );
+                        if let Gate::Wait(reason) =
+                            gate.admit(action, urgency, self.systemd.serial_eta())
+                        {
+                            self.next_step = Some(format!("{action}: {reason}"));
+                            continue;
+                        }
+                    }
                     // A failure to start is logged by the runner (no ledger, no action).
                     let _ =
                         self.runner
@@ -323,6 +391,22 @@ impl Daemon {
                 }
             }
         }
+        let busy = self.runner.busy();
+        if let Some(gate) = self.fleet.as_mut() {
+            gate.after(busy, &wanted);
+        }
+    }
+
+    /// The fleet's state or view changed: a waiting action may go now; status shows it.
+    fn fleet_changed(&mut self) {
+        let waiting = self.fleet.as_mut().is_some_and(|g| {
+            g.observe();
+            g.waiting()
+        });
+        if waiting {
+            self.climb_ladder();
+        }
+        self.publish();
     }
 
     /// The running action ended.
@@ -332,6 +416,11 @@ impl Daemon {
         };
         let settle = kind.config(&self.config.actions).settle;
         let finished = self.runner.finish(report, settle);
+        let busy = self.runner.busy();
+        if let Some(gate) = self.fleet.as_mut() {
+            // a failed action does not settle: its slot goes back now
+            gate.after(busy, &[]);
+        }
         if let Some(f) = finished.filter(|f| f.succeeded) {
             match f.action {
                 ActionKind::RestartKubelet => {
@@ -385,7 +474,16 @@ impl Daemon {
             at: Some(now),
             actions: self.runner.recent(RECENT_ACTIONS),
             budget: self.runner.budgets(&self.config.actions, now),
+            fleet: self.fleet.as_ref().map(FleetGate::status),
         })
+    }
+}
+
+/// Resolves when the fleet changed; never without a fleet.
+async fn fleet_changed(fleet: &mut Option<FleetGate>) {
+    match fleet {
+        Some(gate) => gate.changed().await,
+        None => std::future::pending().await,
     }
 }
 

@@ -78,6 +78,36 @@ struct Model {
     affected: bool,
     bus_serial: Option<u32>,
     bus_serial_eta: Option<u64>,
+    /// The fleet budget, when configured.
+    fleet: Option<FleetModel>,
+}
+
+/// The fleet budget's numbers.
+#[derive(Debug)]
+struct FleetModel {
+    held: u64,
+    max: Option<u64>,
+    members: Option<u64>,
+    wait_s: u64,
+    hold_s: u64,
+    reachable: bool,
+}
+
+impl FleetModel {
+    fn new(f: &crate::report::status_file::FleetStatus, now: SystemTime) -> Self {
+        let n = |x: usize| u64::try_from(x).unwrap_or(u64::MAX);
+        let hold_s = f.holders.iter().find(|h| h.node == f.node).map_or(0, |h| {
+            now.duration_since(h.since).map_or(0, |d| d.as_secs())
+        });
+        FleetModel {
+            held: n(f.holders.len()),
+            max: f.max_disruptive.map(n),
+            members: f.members_alive.map(n),
+            wait_s: f.this_node.wait_s.unwrap_or(0),
+            hold_s,
+            reachable: f.reachable,
+        }
+    }
 }
 
 impl Model {
@@ -123,6 +153,7 @@ impl Model {
             affected: s.systemd.affected,
             bus_serial: s.systemd.bus_serial,
             bus_serial_eta: s.systemd.bus_serial_eta_s,
+            fleet: s.fleet.as_ref().map(|f| FleetModel::new(f, s.updated_at)),
         }
     }
 }
@@ -254,7 +285,56 @@ impl Collector for Model {
                 eta,
             )?;
         }
+        if let Some(f) = &self.fleet {
+            f.encode(&mut e)?;
+        }
         Ok(())
+    }
+}
+
+impl FleetModel {
+    /// The `pleg_guard_fleet_*` gauges (only while `[fleet]` is configured).
+    fn encode(&self, e: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        gauge(
+            e,
+            "pleg_guard_fleet_slots_held",
+            "Slots of the fleet budget held in this node's group now (as this node last read etcd).",
+            self.held,
+        )?;
+        if let Some(max) = self.max {
+            gauge(
+                e,
+                "pleg_guard_fleet_slots_max",
+                "Slots the group has now: max_disruptive, or its share of the live members.",
+                max,
+            )?;
+        }
+        if let Some(members) = self.members {
+            gauge(
+                e,
+                "pleg_guard_fleet_members",
+                "Live members of this node's group (member keys on a lease in etcd).",
+                members,
+            )?;
+        }
+        gauge(
+            e,
+            "pleg_guard_fleet_wait_seconds",
+            "How long this node's action has waited for a fleet slot (0 when not waiting).",
+            self.wait_s,
+        )?;
+        gauge(
+            e,
+            "pleg_guard_fleet_hold_seconds",
+            "How long this node has held its fleet slot (0 when it holds none).",
+            self.hold_s,
+        )?;
+        gauge(
+            e,
+            "pleg_guard_fleet_reachable",
+            "1 when etcd answered this node's latest request, 0 when unreachable or refusing it (TLS, auth).",
+            i64::from(self.reachable),
+        )
     }
 }
 

@@ -40,6 +40,21 @@ const SNAPSHOT: &str = r#"{
     "daemon-reexec": {"enabled": true, "remaining": 0, "max_per_day": 3, "next_allowed_at": "2026-12-04T08:00:00Z"},
     "purge-dead-containers": {"enabled": true, "remaining": 24, "max_per_day": 24, "next_allowed_at": null},
     "restart-kubelet": {"enabled": false, "remaining": 4, "max_per_day": 4, "next_allowed_at": null}
+  },
+  "fleet": {
+    "group": "pool-a",
+    "node": "n1",
+    "max_disruptive_setting": "5%",
+    "max_disruptive": 2,
+    "members_alive": 40,
+    "holders": [
+      {"node": "n7", "action": "restart-kubelet", "since": "2026-12-03T09:58:00Z"},
+      {"node": "n1", "action": "daemon-reexec", "since": "2026-12-03T09:40:00Z"}
+    ],
+    "waiting": 3,
+    "reachable": true,
+    "last_error": null,
+    "this_node": {"state": "holding", "action": "daemon-reexec", "wait_s": null, "position": null, "reason": null}
   }
 }"#;
 
@@ -105,6 +120,12 @@ fn contract_names_and_values() {
         "pleg_guard_systemd_bus_serial_eta_seconds 432000",
         "pleg_guard_healthy 0",
         "pleg_guard_round_interval_seconds 10.0",
+        "pleg_guard_fleet_slots_held 2",
+        "pleg_guard_fleet_slots_max 2",
+        "pleg_guard_fleet_members 40",
+        "pleg_guard_fleet_wait_seconds 0",
+        "pleg_guard_fleet_hold_seconds 1200",
+        "pleg_guard_fleet_reachable 1",
     ] {
         assert!(has(line), "missing {line:?} in\n{text}");
     }
@@ -125,6 +146,34 @@ fn unknown_serial_and_eta_are_left_out() {
         assert!(!text.contains("pleg_guard_systemd_bus_serial"), "{text}");
         assert!(text.contains("pleg_guard_systemd_affected 1"), "{text}");
     }
+}
+
+#[test]
+fn fleet_gauges_only_with_a_fleet_and_unknowns_left_out() {
+    let mut s = snapshot();
+    let f = s.fleet.as_mut().unwrap();
+    f.max_disruptive = None;
+    f.members_alive = None;
+    f.holders.clear();
+    f.reachable = false;
+    f.this_node.wait_s = Some(95);
+    let text = render(&s, &Totals::default()).unwrap().text;
+    for line in [
+        "pleg_guard_fleet_slots_held 0",
+        "pleg_guard_fleet_wait_seconds 95",
+        "pleg_guard_fleet_hold_seconds 0",
+        "pleg_guard_fleet_reachable 0",
+    ] {
+        assert!(
+            text.lines().any(|l| l == line),
+            "missing {line:?} in\n{text}"
+        );
+    }
+    assert!(!text.contains("pleg_guard_fleet_slots_max"), "{text}");
+    assert!(!text.contains("pleg_guard_fleet_members"), "{text}");
+    s.fleet = None;
+    let text = render(&s, &Totals::default()).unwrap().text;
+    assert!(!text.contains("pleg_guard_fleet"), "{text}");
 }
 
 #[test]

@@ -27,12 +27,24 @@ pub enum EventKind {
     SymptomCleared,
     /// After the settle time, the symptom the action aimed at is still there.
     SymptomPersisted,
+    /// An action waits for a slot of the fleet budget (the group is busy, or etcd is unavailable under `on_unreachable = "wait"`).
+    FleetWaiting,
+    /// A fleet slot was granted: the action runs now.
+    FleetGranted,
+    /// The fleet slot was given back (after the action and its settle check, or on a failure or stop), or the request was withdrawn.
+    FleetReleased,
+    /// A slot held was lost: etcd did not renew its lease.
+    FleetExpired,
+    /// etcd cannot be reached, or refuses this node (TLS, auth).
+    FleetUnreachable,
+    /// An action that needs a slot runs without one, under the local limits only (max_wait passed, `on_unreachable = "local"`, or a planned reexec at its forecast deadline).
+    FleetLocal,
 }
 
 impl EventKind {
     /// Every kind.
     #[cfg(test)]
-    pub const ALL: [EventKind; 10] = [
+    pub const ALL: [EventKind; 16] = [
         EventKind::TargetUnhealthy,
         EventKind::TargetRecovered,
         EventKind::Finding,
@@ -43,6 +55,12 @@ impl EventKind {
         EventKind::ActionSkipped,
         EventKind::SymptomCleared,
         EventKind::SymptomPersisted,
+        EventKind::FleetWaiting,
+        EventKind::FleetGranted,
+        EventKind::FleetReleased,
+        EventKind::FleetExpired,
+        EventKind::FleetUnreachable,
+        EventKind::FleetLocal,
     ];
 
     /// The `PLEG_GUARD_EVENT` value.
@@ -58,6 +76,12 @@ impl EventKind {
             EventKind::ActionSkipped => "action-skipped",
             EventKind::SymptomCleared => "symptom-cleared",
             EventKind::SymptomPersisted => "symptom-persisted",
+            EventKind::FleetWaiting => "fleet-waiting",
+            EventKind::FleetGranted => "fleet-granted",
+            EventKind::FleetReleased => "fleet-released",
+            EventKind::FleetExpired => "fleet-expired",
+            EventKind::FleetUnreachable => "fleet-unreachable",
+            EventKind::FleetLocal => "fleet-local",
         }
     }
 
@@ -74,6 +98,12 @@ impl EventKind {
             EventKind::ActionSkipped => "93bdf3b0beda423ca2b0d4dbce59c10f",
             EventKind::SymptomCleared => "bd6945000457485385b62ee2bd90725b",
             EventKind::SymptomPersisted => "3e5ac07fe5be454a85b934c9628899a7",
+            EventKind::FleetWaiting => "718a4bd8d3774c0c8fecd637efd7f202",
+            EventKind::FleetGranted => "1c370ed523184502b34efa6921aa7280",
+            EventKind::FleetReleased => "3e7dd2aa57ea4e37b870380ee15996c0",
+            EventKind::FleetExpired => "dec9745652c9421380c74b362b718967",
+            EventKind::FleetUnreachable => "5e7d2235685344488ef0a4cf24e15d8b",
+            EventKind::FleetLocal => "25c518b9798c4a9f841991039cc91d17",
         }
     }
 }

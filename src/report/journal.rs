@@ -65,7 +65,10 @@ impl Event<'_> {
             EventKind::TargetUnhealthy
             | EventKind::ActionFailed
             | EventKind::SymptomPersisted
-            | EventKind::ActionSuppressed => Level::WARN,
+            | EventKind::ActionSuppressed
+            | EventKind::FleetExpired
+            | EventKind::FleetUnreachable
+            | EventKind::FleetLocal => Level::WARN,
             EventKind::Finding => Level::WARN,
             _ => Level::INFO,
         }

@@ -132,6 +132,97 @@ pub struct Snapshot {
     pub actions: Vec<ActionRecord>,
     /// Each action's remaining budget, by name.
     pub budget: BTreeMap<String, BudgetStatus>,
+    /// The fleet budget (None: `[fleet] etcd_endpoints` is empty).
+    #[serde(default)]
+    pub fleet: Option<FleetStatus>,
+}
+
+/// The fleet-wide disruption budget as this node sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FleetStatus {
+    /// `[fleet] group`.
+    pub group: String,
+    /// This node's name in the group.
+    pub node: String,
+    /// `[fleet] max_disruptive` as configured (`"2"`, `"5%"`).
+    pub max_disruptive_setting: String,
+    /// The slots the group has now (a share is of the live members; None: not known yet).
+    pub max_disruptive: Option<usize>,
+    /// Member keys alive in the group (None: not known yet).
+    pub members_alive: Option<usize>,
+    /// Who holds a slot now.
+    pub holders: Vec<FleetHolder>,
+    /// How many nodes wait for a slot.
+    pub waiting: usize,
+    /// Whether etcd answered the latest request.
+    pub reachable: bool,
+    /// The latest error talking to etcd (None: none since it last answered).
+    pub last_error: Option<String>,
+    /// This node.
+    pub this_node: FleetNodeStatus,
+}
+
+impl FleetStatus {
+    /// The group as `view` shows it, with this node's part.
+    pub fn of(
+        view: &crate::fleet::FleetView,
+        node: &str,
+        max_disruptive_setting: String,
+        this_node: FleetNodeStatus,
+    ) -> FleetStatus {
+        FleetStatus {
+            group: view.group.clone(),
+            node: node.to_owned(),
+            max_disruptive_setting,
+            max_disruptive: view.max_disruptive,
+            members_alive: view.members_alive,
+            holders: view
+                .holders
+                .iter()
+                .map(|h| FleetHolder {
+                    node: h.node.clone(),
+                    action: h.action.clone(),
+                    since: h.since,
+                })
+                .collect(),
+            waiting: view.waiting,
+            reachable: view.reachable,
+            last_error: view.last_error.clone(),
+            this_node,
+        }
+    }
+}
+
+/// One slot holder.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FleetHolder {
+    /// The node.
+    pub node: String,
+    /// Its action.
+    pub action: String,
+    /// Since when it holds the slot.
+    #[serde(with = "crate::report::time_format")]
+    pub since: SystemTime,
+}
+
+/// This node's part in the fleet budget.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FleetNodeStatus {
+    /// `idle`, `waiting`, `holding`, `unreachable`, `rejected` (etcd refuses this node: TLS or
+    /// auth), `local` (acting without a slot).
+    pub state: String,
+    /// The action the slot is for.
+    #[serde(default)]
+    pub action: Option<String>,
+    /// Seconds this node has waited for its slot (None: not waiting).
+    #[serde(default)]
+    pub wait_s: Option<u64>,
+    /// Its place among the waiters (0: next).
+    #[serde(default)]
+    pub position: Option<usize>,
+    /// Why it waits, or why it acts without a slot.
+    #[serde(default)]
+    pub reason: Option<String>,
 }
 
 /// An action's budget as reported.

@@ -39,6 +39,7 @@ use serde_json::{Map, Value};
 
 mod affected_bed;
 mod bus_client;
+pub mod etcd;
 mod pid1_serial;
 #[allow(unused_imports)]
 pub use affected_bed::*;

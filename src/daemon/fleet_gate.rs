@@ -1,0 +1,309 @@
+//! The daemon's side of the fleet budget: ask for a slot before a disruptive action, follow
+//! the policy ([`crate::fleet::policy`]) while it waits, give the slot back once the action
+//! and its settle check are over, and say each step in the journal.
+
+use std::mem::discriminant;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::action::ActionKind;
+use crate::config::{Config, FleetConfig};
+use crate::fleet::policy::{self, Inputs, Verdict, WaitReason};
+use crate::fleet::{Fleet, FleetError, FleetSettings, SlotState, Urgency};
+use crate::report::event::EventKind;
+use crate::report::journal::{Event, emit};
+use crate::report::status_file::{FleetNodeStatus, FleetStatus};
+
+/// The shortest request timeout towards etcd.
+const MIN_REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What the gate says about an action the ladder chose.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Gate {
+    /// Run it (with a slot, or under local limits alone: the journal says which).
+    Go,
+    /// Not yet: why.
+    Wait(String),
+}
+
+/// A request that waits.
+#[derive(Debug)]
+struct Waiting {
+    action: ActionKind,
+    urgency: Urgency,
+    since: Instant,
+    /// The last reason logged (fleet-waiting is logged when the kind of reason changes).
+    logged: Option<WaitReason>,
+    reason: WaitReason,
+}
+
+/// The fleet handle and what this daemon did with it.
+#[derive(Debug)]
+pub struct FleetGate {
+    fleet: Fleet,
+    config: FleetConfig,
+    node: String,
+    margin: Duration,
+    waiting: Option<Waiting>,
+    /// An action runs (or settles) under a slot: since when.
+    holding: Option<(ActionKind, Instant)>,
+    /// The last action run without a slot, and why.
+    local: Option<(ActionKind, String)>,
+    seen_expired: u64,
+    was_unavailable: bool,
+}
+
+impl FleetGate {
+    /// Start the fleet handle when `[fleet]` is configured (None: no fleet budget).
+    pub fn start(config: &Config) -> Option<Result<FleetGate, FleetError>> {
+        let timeout = config.probe.timeout.max(MIN_REQUEST_TIMEOUT);
+        let settings = FleetSettings::from_config(&config.fleet, timeout)?;
+        let node = settings.node.clone();
+        Some(Fleet::start(settings).map(|fleet| FleetGate {
+            fleet,
+            config: config.fleet.clone(),
+            node,
+            margin: policy::deadline_margin(config.actions.daemon_reexec_preempt.before),
+            waiting: None,
+            holding: None,
+            local: None,
+            seen_expired: 0,
+            was_unavailable: false,
+        }))
+    }
+
+    /// Resolves when the fleet's state or view changed.
+    pub async fn changed(&mut self) {
+        self.fleet.changed().await;
+    }
+
+    /// May `action` (which needs a slot) run now?
+    pub fn admit(
+        &mut self,
+        action: ActionKind,
+        urgency: Urgency,
+        serial_eta: Option<Duration>,
+    ) -> Gate {
+        if self.holding.is_some_and(|(a, _)| a == action) {
+            return Gate::Go;
+        }
+        self.fleet.request(action, urgency);
+        let since = match &self.waiting {
+            Some(w) if w.action == action => w.since,
+            _ => Instant::now(),
+        };
+        let state = self.fleet.state();
+        let verdict = policy::decide(&Inputs {
+            urgency,
+            waited: since.elapsed(),
+            max_wait: self.config.max_wait,
+            on_unreachable: self.config.on_unreachable,
+            state: &state,
+            serial_eta: if urgency == Urgency::Planned {
+                serial_eta
+            } else {
+                None
+            },
+            margin: self.margin,
+        });
+        match verdict {
+            Verdict::Act => {
+                let view = self.fleet.view();
+                let message = format!(
+                    "fleet slot granted for {action} after waiting {}: {} of {} held in group {}",
+                    humantime::format_duration(Duration::from_secs(since.elapsed().as_secs())),
+                    view.holders.len(),
+                    view.max_disruptive
+                        .map_or_else(|| "?".to_owned(), |m| m.to_string()),
+                    self.config.group
+                );
+                fleet_event(EventKind::FleetGranted, action, &message);
+                self.waiting = None;
+                self.local = None;
+                self.holding = Some((action, Instant::now()));
+                Gate::Go
+            }
+            Verdict::ActLocal(reason) => {
+                let message = format!("{action}: {reason}");
+                fleet_event(EventKind::FleetLocal, action, &message);
+                // no slot will be used for this run: withdraw the request
+                self.fleet.release();
+                self.waiting = None;
+                self.local = Some((action, reason.to_string()));
+                Gate::Go
+            }
+            Verdict::Wait(reason) => {
+                let mut w = match self.waiting.take() {
+                    Some(w) if w.action == action => w,
+                    _ => Waiting {
+                        action,
+                        urgency,
+                        since,
+                        logged: None,
+                        reason: reason.clone(),
+                    },
+                };
+                w.urgency = urgency;
+                w.reason = reason.clone();
+                if w.logged
+                    .as_ref()
+                    .is_none_or(|l| discriminant(l) != discriminant(&reason))
+                {
+                    fleet_event(
+                        EventKind::FleetWaiting,
+                        action,
+                        &format!("{action} waits: {reason}"),
+                    );
+                    w.logged = Some(reason.clone());
+                }
+                self.waiting = Some(w);
+                Gate::Wait(reason.to_string())
+            }
+        }
+    }
+
+    /// After the ladder spoke and the runner moved on: release a slot whose action and settle
+    /// check are over, withdraw a request the ladder no longer makes, note expiries and
+    /// etcd going away or coming back.
+    pub fn after(&mut self, busy: bool, still_wanted: &[ActionKind]) {
+        if let Some((action, since)) = self.holding {
+            if !busy {
+                self.fleet.release();
+                self.holding = None;
+                fleet_event(
+                    EventKind::FleetReleased,
+                    action,
+                    &format!(
+                        "{action} done and settled: fleet slot released after {}",
+                        humantime::format_duration(Duration::from_secs(since.elapsed().as_secs()))
+                    ),
+                );
+            }
+        }
+        if let Some(w) = &self.waiting {
+            if !still_wanted.contains(&w.action) {
+                let action = w.action;
+                self.fleet.release();
+                self.waiting = None;
+                fleet_event(
+                    EventKind::FleetReleased,
+                    action,
+                    &format!("{action} no longer needed: fleet request withdrawn"),
+                );
+            }
+        }
+        self.observe();
+    }
+
+    /// Journal an expired grant, and etcd becoming unavailable.
+    pub fn observe(&mut self) {
+        let view = self.fleet.view();
+        if view.expired > self.seen_expired {
+            self.seen_expired = view.expired;
+            let action = self.holding.map_or(ActionKind::RestartKubelet, |(a, _)| a);
+            fleet_event(
+                EventKind::FleetExpired,
+                action,
+                &format!(
+                    "this node's etcd lease expired while it held a fleet slot for {action}: another node may take it now"
+                ),
+            );
+        }
+        let state = self.fleet.state();
+        let unavailable = matches!(
+            state,
+            SlotState::Unreachable { .. } | SlotState::Rejected { .. }
+        );
+        if unavailable && !self.was_unavailable {
+            let (kind, error) = match &state {
+                SlotState::Rejected { error } => ("refuses this node", error.clone()),
+                SlotState::Unreachable { error, .. } => ("is unreachable", error.clone()),
+                _ => ("", String::new()),
+            };
+            let message = format!(
+                "etcd {kind} ({error}); on_unreachable = \"{}\"",
+                self.config.on_unreachable
+            );
+            emit(&Event {
+                kind: EventKind::FleetUnreachable,
+                target: None,
+                action: None,
+                finding: None,
+                message: &message,
+            });
+        } else if !unavailable && self.was_unavailable {
+            tracing::info!("etcd answers again: the fleet budget is back");
+        }
+        self.was_unavailable = unavailable;
+    }
+
+    /// Whether a request waits (the ladder is worth asking again when the fleet changes).
+    pub fn waiting(&self) -> bool {
+        self.waiting.is_some()
+    }
+
+    /// status.json's `fleet`.
+    pub fn status(&self) -> FleetStatus {
+        let view = self.fleet.view();
+        let state = self.fleet.state();
+        let (name, reason) = match (&state, &self.waiting, &self.holding) {
+            (_, _, Some(_)) => ("holding", None),
+            (SlotState::Rejected { error }, _, _) => ("rejected", Some(error.clone())),
+            (SlotState::Unreachable { error, .. }, _, _) => ("unreachable", Some(error.clone())),
+            (_, Some(w), _) => ("waiting", Some(w.reason.to_string())),
+            _ if self.local.is_some() => ("local", self.local.as_ref().map(|(_, r)| r.clone())),
+            _ => ("idle", None),
+        };
+        let action = self
+            .holding
+            .map(|(a, _)| a)
+            .or(self.waiting.as_ref().map(|w| w.action))
+            .or(self
+                .local
+                .as_ref()
+                .filter(|_| name == "local")
+                .map(|(a, _)| *a))
+            .map(|a| a.name().to_owned());
+        FleetStatus::of(
+            &view,
+            &self.node,
+            self.config.max_disruptive.to_string(),
+            FleetNodeStatus {
+                state: name.to_owned(),
+                action,
+                wait_s: self.waiting.as_ref().map(|w| w.since.elapsed().as_secs()),
+                position: match state {
+                    SlotState::Waiting { position, .. } if self.waiting.is_some() => Some(position),
+                    _ => None,
+                },
+                reason,
+            },
+        )
+    }
+
+    /// Give everything back (the lease is revoked).
+    pub async fn shutdown(self) {
+        self.fleet.shutdown().await;
+    }
+}
+
+fn fleet_event(kind: EventKind, action: ActionKind, message: &str) {
+    emit(&Event {
+        kind,
+        target: None,
+        action: Some(action),
+        finding: None,
+        message,
+    });
+}
+
+/// The urgency of an action the ladder chose: the forecast's reexec is planned, every other
+/// one a cure.
+pub fn urgency_of(action: ActionKind, planned: bool) -> Urgency {
+    if action == ActionKind::DaemonReexec && planned {
+        Urgency::Planned
+    } else {
+        Urgency::Emergency
+    }
+}

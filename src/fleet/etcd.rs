@@ -1,0 +1,566 @@
+//! The typed edge to etcd: TLS material, a pre-flight TLS handshake, the connection and the
+//! few calls the fleet makes, each bounded by the request timeout, with errors sorted into
+//! [`FleetError`] kinds by their types and gRPC codes (never by their text).
+
+use std::error::Error as StdError;
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_client::{
+    Certificate, Client, Compare, CompareOp, ConnectOptions, GetOptions, Identity,
+    LeaseKeepAliveStream, LeaseKeeper, PutOptions, TlsOptions, Txn, TxnOp, WatchOptions,
+    WatchStream,
+};
+use tokio::io::AsyncReadExt;
+use tokio_rustls::rustls;
+use tokio_rustls::rustls::pki_types::pem::PemObject;
+use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+
+use super::group::{GroupCopy, StoredKv};
+use super::{FleetError, FleetSettings, TlsFiles};
+
+/// Where the system's CA bundle lives (Debian, then RHEL), used when `ca_file` is not set.
+const SYSTEM_BUNDLES: [&str; 2] = [
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/pki/tls/certs/ca-bundle.crt",
+];
+
+/// How long the pre-flight handshake waits for the server's verdict on this node's
+/// certificate (TLS 1.3 servers reject a client certificate after the handshake).
+const VERDICT_WAIT: Duration = Duration::from_millis(300);
+
+/// TLS files read into memory (checked once at start, so a missing file is a clear error).
+#[derive(Debug, Clone, Default)]
+pub struct TlsMaterial(Option<Pem>);
+
+#[derive(Debug, Clone)]
+struct Pem {
+    ca: Vec<u8>,
+    identity: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+fn read_file(path: &std::path::Path, what: &str) -> Result<Vec<u8>, FleetError> {
+    std::fs::read(path).map_err(|e| FleetError::Config(format!("{what} {}: {e}", path.display())))
+}
+
+impl TlsMaterial {
+    /// Read the files (None: no TLS).
+    pub fn load(files: Option<&TlsFiles>) -> Result<TlsMaterial, FleetError> {
+        let Some(f) = files else {
+            return Ok(TlsMaterial(None));
+        };
+        let ca = match &f.ca_file {
+            Some(p) => read_file(p, "fleet.ca_file")?,
+            None => SYSTEM_BUNDLES
+                .iter()
+                .find_map(|p| std::fs::read(p).ok())
+                .ok_or_else(|| {
+                    FleetError::Config(
+                        "no fleet.ca_file and no system CA bundle to trust etcd's certificate"
+                            .to_owned(),
+                    )
+                })?,
+        };
+        if CertificateDer::pem_slice_iter(&ca).next().is_none() {
+            return Err(FleetError::Config(
+                "fleet.ca_file holds no PEM certificate".to_owned(),
+            ));
+        }
+        let identity = match (&f.cert_file, &f.key_file) {
+            (Some(c), Some(k)) => {
+                let cert = read_file(c, "fleet.cert_file")?;
+                let key = read_file(k, "fleet.key_file")?;
+                if CertificateDer::pem_slice_iter(&cert).next().is_none() {
+                    return Err(FleetError::Config(format!(
+                        "fleet.cert_file {}: no PEM certificate",
+                        c.display()
+                    )));
+                }
+                if PrivateKeyDer::from_pem_slice(&key).is_err() {
+                    return Err(FleetError::Config(format!(
+                        "fleet.key_file {}: no PEM private key",
+                        k.display()
+                    )));
+                }
+                Some((cert, key))
+            }
+            _ => None,
+        };
+        Ok(TlsMaterial(Some(Pem { ca, identity })))
+    }
+
+    fn rustls_config(pem: &Pem) -> Result<rustls::ClientConfig, FleetError> {
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in CertificateDer::pem_slice_iter(&pem.ca) {
+            let cert = cert.map_err(|e| FleetError::Config(format!("fleet.ca_file: {e}")))?;
+            roots
+                .add(cert)
+                .map_err(|e| FleetError::Config(format!("fleet.ca_file: {e}")))?;
+        }
+        let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| FleetError::Tls(e.to_string()))?
+        .with_root_certificates(roots);
+        let mut config = match &pem.identity {
+            Some((cert, key)) => {
+                let chain = CertificateDer::pem_slice_iter(cert)
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| FleetError::Config(format!("fleet.cert_file: {e}")))?;
+                let key = PrivateKeyDer::from_pem_slice(key)
+                    .map_err(|e| FleetError::Config(format!("fleet.key_file: {e}")))?;
+                builder
+                    .with_client_auth_cert(chain, key)
+                    .map_err(|e| FleetError::Tls(format!("client certificate: {e}")))?
+            }
+            None => builder.with_no_client_auth(),
+        };
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        Ok(config)
+    }
+}
+
+/// Whether a rustls error is somewhere in `e`'s chain (also inside `io::Error`s, whose
+/// `source()` skips the error they wrap).
+fn tls_in_chain(mut e: Option<&(dyn StdError + 'static)>) -> bool {
+    while let Some(err) = e {
+        if err.downcast_ref::<rustls::Error>().is_some() {
+            return true;
+        }
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            if let Some(inner) = io.get_ref() {
+                if tls_in_chain(Some(inner)) {
+                    return true;
+                }
+            }
+        }
+        e = err.source();
+    }
+    false
+}
+
+/// Sort an etcd client error; `authenticating`: the call was the connect's authentication.
+pub fn classify(e: &etcd_client::Error, authenticating: bool) -> FleetError {
+    use etcd_client::Error as E;
+    use tonic::Code;
+    match e {
+        E::GRpcStatus(s) => {
+            let msg = format!("{:?}: {}", s.code(), s.message());
+            match s.code() {
+                Code::Unauthenticated | Code::PermissionDenied => FleetError::Auth(msg),
+                Code::InvalidArgument if authenticating => FleetError::Auth(msg),
+                _ if tls_in_chain(s.source()) => FleetError::Tls(msg),
+                Code::InvalidArgument | Code::OutOfRange | Code::Unimplemented => {
+                    FleetError::Protocol(msg)
+                }
+                _ => FleetError::Unreachable(msg),
+            }
+        }
+        E::TransportError(t) if tls_in_chain(t.source()) => FleetError::Tls(t.to_string()),
+        E::TransportError(t) => FleetError::Unreachable(t.to_string()),
+        E::IoError(io) if io.get_ref().is_some_and(|i| tls_in_chain(Some(i))) => {
+            FleetError::Tls(io.to_string())
+        }
+        E::IoError(io) => FleetError::Unreachable(io.to_string()),
+        E::InvalidArgs(m) | E::EndpointError(m) => FleetError::Config(m.clone()),
+        E::InvalidUri(u) => FleetError::Config(u.to_string()),
+        E::LeaseKeepAliveError(m) | E::WatchError(m) => FleetError::Unreachable(m.clone()),
+        other => FleetError::Protocol(other.to_string()),
+    }
+}
+
+/// What one endpoint's pre-flight handshake showed.
+enum Preflight {
+    Ok,
+    Tls(String),
+    Net(String),
+}
+
+/// The host and port of an endpoint URL (etcd's 2379 when none is given).
+fn host_port(endpoint: &str) -> Result<(String, u16), Preflight> {
+    let uri = endpoint
+        .parse::<http::Uri>()
+        .map_err(|_| Preflight::Net(format!("{endpoint}: not a URL")))?;
+    let host = uri
+        .host()
+        .ok_or_else(|| Preflight::Net(format!("{endpoint}: no host")))?;
+    let host = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_owned();
+    Ok((host, uri.port_u16().unwrap_or(2379)))
+}
+
+/// Shake hands with one `https://host:port` endpoint the way the gRPC channel will, and wait
+/// a moment for the server's verdict on this node's certificate.
+async fn preflight_one(
+    endpoint: &str,
+    config: Arc<rustls::ClientConfig>,
+    timeout: Duration,
+) -> Preflight {
+    let (host, port) = match host_port(endpoint) {
+        Ok(hp) => hp,
+        Err(e) => return e,
+    };
+    let Ok(name) = ServerName::try_from(host.clone()) else {
+        return Preflight::Net(format!("{endpoint}: bad host name"));
+    };
+    let tcp = match tokio::time::timeout(
+        timeout,
+        tokio::net::TcpStream::connect((host.as_str(), port)),
+    )
+    .await
+    {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => return Preflight::Net(format!("{endpoint}: {e}")),
+        Err(_) => return Preflight::Net(format!("{endpoint}: no TCP answer within {timeout:?}")),
+    };
+    let connector = tokio_rustls::TlsConnector::from(config);
+    let mut tls = match tokio::time::timeout(timeout, connector.connect(name, tcp)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) if e.get_ref().is_some_and(|i| tls_in_chain(Some(i))) => {
+            return Preflight::Tls(format!("{endpoint}: {e}"));
+        }
+        Ok(Err(e)) => return Preflight::Net(format!("{endpoint}: {e}")),
+        Err(_) => {
+            return Preflight::Net(format!("{endpoint}: no TLS handshake within {timeout:?}"));
+        }
+    };
+    let mut byte = [0u8; 1];
+    match tokio::time::timeout(VERDICT_WAIT, tls.read(&mut byte)).await {
+        Err(_) | Ok(Ok(1..)) => Preflight::Ok,
+        Ok(Ok(_)) => Preflight::Tls(format!(
+            "{endpoint}: etcd closed the connection after the handshake (does it trust this node's client certificate?)"
+        )),
+        Ok(Err(e)) if e.get_ref().is_some_and(|i| tls_in_chain(Some(i))) => {
+            Preflight::Tls(format!("{endpoint}: {e}"))
+        }
+        Ok(Err(e)) => Preflight::Net(format!("{endpoint}: {e}")),
+    }
+}
+
+/// A plain endpoint's pre-flight: does it take a TCP connection?
+async fn reachable_one(endpoint: &str, timeout: Duration) -> Preflight {
+    let (host, port) = match host_port(endpoint) {
+        Ok(hp) => hp,
+        Err(e) => return e,
+    };
+    match tokio::time::timeout(
+        timeout,
+        tokio::net::TcpStream::connect((host.as_str(), port)),
+    )
+    .await
+    {
+        Ok(Ok(_)) => Preflight::Ok,
+        Ok(Err(e)) => Preflight::Net(format!("{endpoint}: {e}")),
+        Err(_) => Preflight::Net(format!("{endpoint}: no TCP answer within {timeout:?}")),
+    }
+}
+
+/// The pre-flight over every endpoint at once: the endpoints that answer (with TLS: that
+/// shake hands and keep the connection), so the channel never balances calls onto a member
+/// that is down; a TLS error when every endpoint that answered refused TLS.
+async fn preflight(
+    endpoints: &[String],
+    pem: Option<&Pem>,
+    timeout: Duration,
+) -> Result<Vec<String>, FleetError> {
+    let config = match pem {
+        Some(p) => Some(Arc::new(TlsMaterial::rustls_config(p)?)),
+        None => None,
+    };
+    let checks = endpoints.iter().map(|e| {
+        let config = config.clone();
+        async move {
+            match config {
+                Some(c) => preflight_one(e, c, timeout).await,
+                None => reachable_one(e, timeout).await,
+            }
+        }
+    });
+    let results = futures_util::future::join_all(checks).await;
+    let mut live = Vec::new();
+    let mut tls_error = None;
+    let mut net_error = None;
+    for (e, r) in endpoints.iter().zip(results) {
+        match r {
+            Preflight::Ok => live.push(e.clone()),
+            Preflight::Tls(m) => tls_error = tls_error.or(Some(m)),
+            Preflight::Net(m) => net_error = net_error.or(Some(m)),
+        }
+    }
+    if !live.is_empty() {
+        return Ok(live);
+    }
+    match (tls_error, net_error) {
+        (Some(m), _) => Err(FleetError::Tls(m)),
+        (None, Some(m)) => Err(FleetError::Unreachable(m)),
+        (None, None) => Err(FleetError::Config("no etcd endpoints".to_owned())),
+    }
+}
+
+/// Bound one call by the request timeout.
+async fn bounded<T>(
+    timeout: Duration,
+    what: &str,
+    call: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
+) -> Result<T, FleetError> {
+    match tokio::time::timeout(timeout, call).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(classify(&e, false)),
+        Err(_) => Err(FleetError::Unreachable(format!(
+            "{what}: no answer within {}",
+            humantime::format_duration(timeout)
+        ))),
+    }
+}
+
+/// A connected client.
+pub struct Connection {
+    client: Client,
+    timeout: Duration,
+}
+
+/// A lease's keep-alive stream.
+pub struct KeepAlive {
+    /// Sends keep-alives.
+    pub keeper: LeaseKeeper,
+    /// Their answers.
+    pub answers: LeaseKeepAliveStream,
+}
+
+impl Connection {
+    /// Check TLS ahead (so a certificate etcd rejects is told apart from a network fault),
+    /// connect and, with a user, authenticate.
+    pub async fn open(s: &FleetSettings, tls: &TlsMaterial) -> Result<Connection, FleetError> {
+        let mut options = ConnectOptions::new()
+            .with_require_leader(true)
+            .with_connect_timeout(s.request_timeout)
+            .with_keep_alive(Duration::from_secs(10), s.request_timeout)
+            .with_keep_alive_while_idle(false);
+        let live = preflight(&s.endpoints, tls.0.as_ref(), s.request_timeout).await?;
+        if let Some(pem) = &tls.0 {
+            let mut t = TlsOptions::new().ca_certificate(Certificate::from_pem(&pem.ca));
+            if let Some((cert, key)) = &pem.identity {
+                t = t.identity(Identity::from_pem(cert, key));
+            }
+            options = options.with_tls(t);
+        }
+        let authenticating = s.auth.is_some();
+        if let Some((user, password)) = &s.auth {
+            options = options.with_user(user.clone(), password.clone());
+        }
+        let client =
+            match tokio::time::timeout(s.request_timeout, Client::connect(&live, Some(options)))
+                .await
+            {
+                Ok(Ok(c)) => c,
+                Ok(Err(e)) => return Err(classify(&e, authenticating)),
+                Err(_) => {
+                    return Err(FleetError::Unreachable(format!(
+                        "connect: no answer within {}",
+                        humantime::format_duration(s.request_timeout)
+                    )));
+                }
+            };
+        Ok(Connection {
+            client,
+            timeout: s.request_timeout,
+        })
+    }
+
+    /// Every key of the group, at one revision.
+    pub async fn read_group(&mut self, prefix: &str) -> Result<GroupCopy, FleetError> {
+        let t = self.timeout;
+        let resp = bounded(
+            t,
+            "read the group",
+            self.client
+                .get(prefix, Some(GetOptions::new().with_prefix())),
+        )
+        .await?;
+        let revision = resp.header().map_or(0, |h| h.revision());
+        let mut copy = GroupCopy::new(prefix, revision);
+        for kv in resp.kvs() {
+            copy.put(
+                kv.key().to_vec(),
+                StoredKv {
+                    value: kv.value().to_vec(),
+                    create_revision: kv.create_revision(),
+                    mod_revision: kv.mod_revision(),
+                    lease: kv.lease(),
+                },
+            );
+        }
+        copy.revision = revision;
+        Ok(copy)
+    }
+
+    /// A new lease of `ttl` and its keep-alive stream.
+    pub async fn new_lease(&mut self, ttl: Duration) -> Result<(i64, KeepAlive), FleetError> {
+        let t = self.timeout;
+        let ttl_s = i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX);
+        let grant = bounded(t, "grant a lease", self.client.lease_grant(ttl_s, None)).await?;
+        let id = grant.id();
+        match self.keep_alive(id).await? {
+            Some(k) => Ok((id, k)),
+            None => Err(FleetError::Protocol(format!(
+                "lease {id:x} gone right after its grant"
+            ))),
+        }
+    }
+
+    /// The keep-alive stream of lease `id` (None: the lease is gone).
+    pub async fn keep_alive(&mut self, id: i64) -> Result<Option<KeepAlive>, FleetError> {
+        match tokio::time::timeout(self.timeout, self.client.lease_keep_alive(id)).await {
+            Ok(Ok((keeper, answers))) => Ok(Some(KeepAlive { keeper, answers })),
+            // the crate's word for a keep-alive answered with TTL 0: the lease expired
+            Ok(Err(etcd_client::Error::LeaseKeepAliveError(_))) => Ok(None),
+            Ok(Err(e)) => Err(classify(&e, false)),
+            Err(_) => Err(FleetError::Unreachable(
+                "lease keep-alive: no answer".to_owned(),
+            )),
+        }
+    }
+
+    /// Write `key` on `lease`.
+    pub async fn put(&mut self, key: &str, value: Vec<u8>, lease: i64) -> Result<i64, FleetError> {
+        let t = self.timeout;
+        let resp = bounded(
+            t,
+            "write",
+            self.client
+                .put(key, value, Some(PutOptions::new().with_lease(lease))),
+        )
+        .await?;
+        Ok(resp.header().map_or(0, |h| h.revision()))
+    }
+
+    /// One key (None: absent).
+    pub async fn get(&mut self, key: &str) -> Result<Option<StoredKv>, FleetError> {
+        let t = self.timeout;
+        let resp = bounded(t, "read", self.client.get(key, None)).await?;
+        Ok(resp.kvs().first().map(|kv| StoredKv {
+            value: kv.value().to_vec(),
+            create_revision: kv.create_revision(),
+            mod_revision: kv.mod_revision(),
+            lease: kv.lease(),
+        }))
+    }
+
+    /// Delete `key`; the revision of the delete.
+    pub async fn delete(&mut self, key: &str) -> Result<i64, FleetError> {
+        let t = self.timeout;
+        let resp = bounded(t, "delete", self.client.delete(key, None)).await?;
+        Ok(resp.header().map_or(0, |h| h.revision()))
+    }
+
+    /// The grant: turn `slot` into a holding slot and bump `guard`, if and only if no grant
+    /// came since `guard_mod_revision` and the slot key is still the one created at
+    /// `create_revision`. Some(revision) when granted, None when the compare failed.
+    pub async fn grant(
+        &mut self,
+        slot: &str,
+        value: Vec<u8>,
+        lease: i64,
+        guard: &str,
+        guard_mod_revision: i64,
+        create_revision: i64,
+    ) -> Result<Option<i64>, FleetError> {
+        let t = self.timeout;
+        let txn = Txn::new()
+            .when([
+                Compare::mod_revision(guard, CompareOp::Equal, guard_mod_revision),
+                Compare::create_revision(slot, CompareOp::Equal, create_revision),
+            ])
+            .and_then([
+                TxnOp::put(slot, value, Some(PutOptions::new().with_lease(lease))),
+                TxnOp::put(guard, Vec::new(), None),
+            ]);
+        let resp = bounded(t, "grant transaction", self.client.txn(txn)).await?;
+        let revision = resp.header().map_or(0, |h| h.revision());
+        Ok(resp.succeeded().then_some(revision))
+    }
+
+    /// Watch the group from `from_revision`.
+    pub async fn watch(
+        &mut self,
+        prefix: &str,
+        from_revision: i64,
+    ) -> Result<WatchStream, FleetError> {
+        let t = self.timeout;
+        bounded(
+            t,
+            "watch the group",
+            self.client.watch(
+                prefix,
+                Some(
+                    WatchOptions::new()
+                        .with_prefix()
+                        .with_start_revision(from_revision),
+                ),
+            ),
+        )
+        .await
+    }
+
+    /// Revoke `lease` (its keys go at once).
+    pub async fn revoke(&mut self, lease: i64) -> Result<(), FleetError> {
+        let t = self.timeout;
+        bounded(t, "revoke the lease", self.client.lease_revoke(lease))
+            .await
+            .map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_sort_errors_not_their_text() {
+        let status = |code| etcd_client::Error::GRpcStatus(tonic::Status::new(code, "x"));
+        assert!(matches!(
+            classify(&status(tonic::Code::PermissionDenied), false),
+            FleetError::Auth(_)
+        ));
+        assert!(matches!(
+            classify(&status(tonic::Code::InvalidArgument), true),
+            FleetError::Auth(_)
+        ));
+        assert!(matches!(
+            classify(&status(tonic::Code::Unavailable), false),
+            FleetError::Unreachable(_)
+        ));
+        assert!(matches!(
+            classify(&etcd_client::Error::InvalidArgs("e".into()), false),
+            FleetError::Config(_)
+        ));
+    }
+
+    #[test]
+    fn a_rustls_error_inside_an_io_error_is_found() {
+        let io = std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer),
+        );
+        assert!(tls_in_chain(Some(&io)));
+        let plain = std::io::Error::new(std::io::ErrorKind::BrokenPipe, "gone");
+        assert!(!tls_in_chain(Some(&plain)));
+    }
+
+    #[test]
+    fn missing_tls_files_are_a_config_error() {
+        let files = TlsFiles {
+            ca_file: Some("/nonexistent/ca.pem".into()),
+            cert_file: None,
+            key_file: None,
+        };
+        assert!(matches!(
+            TlsMaterial::load(Some(&files)),
+            Err(FleetError::Config(_))
+        ));
+        assert!(TlsMaterial::load(None).is_ok());
+    }
+}

@@ -1,0 +1,320 @@
+//! The fleet-wide disruption budget kept in etcd (issue 21): a pool never has more than
+//! `max_disruptive` nodes in a disruptive repair at once.
+//!
+//! - [`group`]: the keys of a group and who may take a slot next (pure);
+//! - [`policy`]: when an action waits for its slot and when it acts without one (pure);
+//! - [`etcd`]: the typed edge to etcd (connect, TLS and auth checks, errors by kind);
+//! - [`actor`]: the task that keeps this node's lease, member key, slot request and a watched
+//!   copy of the group;
+//! - this file: [`Fleet`], the handle the daemon holds (it never blocks on etcd), and the
+//!   types the others share.
+
+pub mod actor;
+pub mod etcd;
+pub mod group;
+pub mod policy;
+
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::action::ActionKind;
+use crate::config::{FleetConfig, MaxDisruptive};
+
+/// How urgent a slot request is: emergencies go first in the queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Urgency {
+    /// A cure for a node that is already wedged.
+    Emergency,
+    /// The forecast's planned reexec, hours ahead of the serials running out.
+    Planned,
+}
+
+/// Where this node's slot request stands.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub enum SlotState {
+    /// No request, or one not answered yet.
+    Idle,
+    /// Queued.
+    Waiting {
+        /// Since when this node asks.
+        since: SystemTime,
+        /// Waiters ahead of this node that free slots go to first.
+        position: usize,
+        /// Slots held now.
+        holders: usize,
+        /// Slots in the group now.
+        max: usize,
+    },
+    /// This node holds a slot.
+    Granted {
+        /// Since when.
+        since: SystemTime,
+        /// etcd's revision of the grant.
+        revision: i64,
+    },
+    /// etcd does not answer (down, partitioned, no quorum).
+    Unreachable {
+        /// Since when.
+        since: SystemTime,
+        /// What failed.
+        error: String,
+    },
+    /// etcd refuses this node (TLS, auth, permission): not transient, an operator must act.
+    Rejected {
+        /// What etcd or the TLS layer said.
+        error: String,
+    },
+}
+
+/// A holder of a slot, as the group shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    /// The node.
+    pub node: String,
+    /// Its action (the contract's name; `?` when its key cannot be read).
+    pub action: String,
+    /// Since when it holds the slot.
+    pub since: SystemTime,
+}
+
+/// The group as this node sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct FleetView {
+    /// `[fleet] group`.
+    pub group: String,
+    /// Live members (None: not read yet).
+    pub members_alive: Option<usize>,
+    /// The slots the group has now (None: not read yet).
+    pub max_disruptive: Option<usize>,
+    /// Who holds a slot.
+    pub holders: Vec<Holder>,
+    /// How many nodes wait for one.
+    pub waiting: usize,
+    /// Whether etcd answered the latest request.
+    pub reachable: bool,
+    /// The latest error (None since etcd last answered).
+    pub last_error: Option<String>,
+    /// Grants this node lost without releasing them (its lease expired while it held a slot).
+    pub expired: u64,
+}
+
+/// TLS files for etcd.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TlsFiles {
+    /// The CA of etcd's server certificates (None: the system's bundle).
+    pub ca_file: Option<PathBuf>,
+    /// This node's client certificate.
+    pub cert_file: Option<PathBuf>,
+    /// Its key.
+    pub key_file: Option<PathBuf>,
+}
+
+/// What the fleet handle needs, from `[fleet]`.
+#[derive(Debug, Clone)]
+pub struct FleetSettings {
+    /// etcd's client URLs.
+    pub endpoints: Vec<String>,
+    /// The group sharing one budget.
+    pub group: String,
+    /// The key prefix every group lives under.
+    pub prefix: String,
+    /// This node's name in the group.
+    pub node: String,
+    /// The budget.
+    pub max_disruptive: MaxDisruptive,
+    /// The lease: a dead holder's slot frees within this.
+    pub lease_ttl: Duration,
+    /// The most one etcd call may take.
+    pub request_timeout: Duration,
+    /// TLS (None: plain http endpoints).
+    pub tls: Option<TlsFiles>,
+    /// etcd user and password.
+    pub auth: Option<(String, String)>,
+}
+
+impl FleetSettings {
+    /// From `[fleet]` (None: no fleet budget configured).
+    pub fn from_config(c: &FleetConfig, request_timeout: Duration) -> Option<FleetSettings> {
+        if !c.enabled() {
+            return None;
+        }
+        let tls = (c.ca_file.is_some()
+            || c.cert_file.is_some()
+            || c.etcd_endpoints.iter().any(|e| e.starts_with("https://")))
+        .then(|| TlsFiles {
+            ca_file: c.ca_file.clone(),
+            cert_file: c.cert_file.clone(),
+            key_file: c.key_file.clone(),
+        });
+        let auth = match (&c.username, &c.password) {
+            (Some(u), Some(p)) => Some((u.clone(), p.expose().to_owned())),
+            _ => None,
+        };
+        Some(FleetSettings {
+            endpoints: c.etcd_endpoints.clone(),
+            group: c.group.clone(),
+            prefix: c.prefix.trim_end_matches('/').to_owned(),
+            node: c.node_name(),
+            max_disruptive: c.max_disruptive,
+            lease_ttl: c.lease_ttl,
+            request_timeout,
+            tls,
+            auth,
+        })
+    }
+
+    /// `<prefix>/<group>/`: every key of the group is under it.
+    pub fn group_prefix(&self) -> String {
+        format!("{}/{}/", self.prefix.trim_end_matches('/'), self.group)
+    }
+}
+
+/// What went wrong talking to etcd, by kind (decided on error types and gRPC codes, never on
+/// message text).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FleetError {
+    /// The settings cannot work (a file missing or unreadable, a bad endpoint).
+    #[error("fleet settings: {0}")]
+    Config(String),
+    /// TLS failed: a certificate etcd or this node does not trust.
+    #[error("TLS with etcd failed: {0}")]
+    Tls(String),
+    /// etcd refused the user, password or permission.
+    #[error("etcd refused the credentials: {0}")]
+    Auth(String),
+    /// No answer: etcd down, partitioned, or without quorum.
+    #[error("etcd unreachable: {0}")]
+    Unreachable(String),
+    /// An answer that makes no sense.
+    #[error("etcd protocol: {0}")]
+    Protocol(String),
+}
+
+impl FleetError {
+    /// Whether an operator must fix something (as opposed to waiting for etcd).
+    pub fn is_rejection(&self) -> bool {
+        matches!(
+            self,
+            FleetError::Config(_) | FleetError::Tls(_) | FleetError::Auth(_)
+        )
+    }
+}
+
+/// What the actor publishes.
+#[derive(Debug, Clone)]
+pub(crate) struct Shared {
+    pub(crate) state: SlotState,
+    pub(crate) view: FleetView,
+}
+
+/// What the handle asks the actor.
+#[derive(Debug)]
+pub(crate) enum Command {
+    Request(ActionKind, Urgency),
+    Release,
+    Shutdown(oneshot::Sender<()>),
+}
+
+/// The daemon's handle on its fleet slot. Cheap to ask; the etcd work happens in a task of
+/// its own, so a slow or absent etcd never holds up the probe loop.
+#[derive(Debug)]
+pub struct Fleet {
+    commands: mpsc::UnboundedSender<Command>,
+    shared: watch::Receiver<Shared>,
+    task: tokio::task::JoinHandle<()>,
+    request_timeout: Duration,
+}
+
+impl Fleet {
+    /// Start the actor (inside a tokio runtime). Checks the TLS files at once; never waits
+    /// for etcd.
+    pub fn start(settings: FleetSettings) -> Result<Fleet, FleetError> {
+        let tls = etcd::TlsMaterial::load(settings.tls.as_ref())?;
+        if settings.endpoints.is_empty() {
+            return Err(FleetError::Config("no etcd endpoints".to_owned()));
+        }
+        let (commands, rx) = mpsc::unbounded_channel();
+        let (tx, shared) = watch::channel(Shared {
+            state: SlotState::Idle,
+            view: FleetView {
+                group: settings.group.clone(),
+                ..FleetView::default()
+            },
+        });
+        let request_timeout = settings.request_timeout;
+        let task = tokio::spawn(actor::Actor::new(settings, tls, tx).run(rx));
+        Ok(Fleet {
+            commands,
+            shared,
+            task,
+            request_timeout,
+        })
+    }
+
+    /// Connect once and read the group, as `check-config --connect` does: the TLS, auth and
+    /// reachability errors the daemon would meet.
+    pub async fn check(settings: &FleetSettings) -> Result<FleetView, FleetError> {
+        let tls = etcd::TlsMaterial::load(settings.tls.as_ref())?;
+        let mut conn = etcd::Connection::open(settings, &tls).await?;
+        let read = conn.read_group(&settings.group_prefix()).await?;
+        Ok(actor::view_of(settings, &read.read(), true, None, 0))
+    }
+
+    /// Ask for a slot for `action` (idempotent while a request stands; a higher urgency
+    /// replaces a lower one).
+    pub fn request(&self, action: ActionKind, urgency: Urgency) {
+        let _ = self.commands.send(Command::Request(action, urgency));
+    }
+
+    /// Give the slot back (or withdraw the request).
+    pub fn release(&self) {
+        let _ = self.commands.send(Command::Release);
+    }
+
+    /// Where this node's request stands.
+    pub fn state(&self) -> SlotState {
+        self.shared.borrow().state.clone()
+    }
+
+    /// The group as this node sees it.
+    pub fn view(&self) -> FleetView {
+        self.shared.borrow().view.clone()
+    }
+
+    /// Resolves when the state or the view changed (never, once the actor is gone).
+    pub async fn changed(&mut self) {
+        if self.shared.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+
+    /// Wait until this node holds its slot, at most `within`.
+    pub async fn wait_granted(&mut self, within: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            if matches!(self.state(), SlotState::Granted { .. }) {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, self.changed())
+                .await
+                .is_err()
+            {
+                return false;
+            }
+        }
+    }
+
+    /// Stop: revoke the lease (the member and slot keys go at once), at most a request
+    /// timeout and a second.
+    pub async fn shutdown(self) {
+        let (done, acked) = oneshot::channel();
+        if self.commands.send(Command::Shutdown(done)).is_ok() {
+            let _ =
+                tokio::time::timeout(self.request_timeout + Duration::from_secs(1), acked).await;
+        }
+        self.task.abort();
+    }
+}

@@ -1,0 +1,974 @@
+//! The fleet budget (issue 21) against a real 3-member TLS etcd cluster on loopback
+//! (`tests/support/etcd.rs`): the harness itself first, then the fleet module's guarantees
+//! read from etcd's own revision history.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::etcd::*;
+
+/// The harness does what the fleet tests rely on: a TLS cluster that keeps quorum with one
+/// member gone, loses it with two gone, and comes back when they return on their data dirs.
+#[test]
+fn etcd_harness_keeps_quorum_with_one_member_lost_not_two() {
+    let Some(mut etcd) = require_etcd(3) else {
+        return;
+    };
+    assert_eq!(etcd.endpoints().len(), 3);
+    assert!(
+        etcd.endpoints()
+            .iter()
+            .all(|e| e.starts_with("https://127.0.0.1:"))
+    );
+    etcd.put("/pgt/a", "1").unwrap();
+    assert_eq!(etcd.get("/pgt/a").unwrap().as_deref(), Some("1"));
+    // what benches/fleet.rs counts
+    let metrics = etcd.metrics(0).unwrap();
+    for name in [
+        "etcd_server_has_leader",
+        "grpc_server_msg_received_total",
+        "etcd_mvcc_put_total",
+        "etcd_mvcc_txn_total",
+    ] {
+        assert!(metrics.contains(name), "no {name} in /metrics");
+    }
+
+    etcd.kill_member(0);
+    let took = etcd
+        .put_within("/pgt/b", "2", Duration::from_secs(20))
+        .expect("writable with 2 of 3 members");
+    eprintln!("writable again {took:?} after one member was killed");
+
+    etcd.kill_member(1);
+    let t = Instant::now();
+    let err = etcd.put("/pgt/c", "3");
+    assert!(err.is_err(), "a write without quorum succeeded");
+    assert!(t.elapsed() < Duration::from_secs(20), "etcdctl hung");
+
+    etcd.start_members(&[0, 1]).expect("members rejoin");
+    etcd.put_within("/pgt/d", "4", Duration::from_secs(20))
+        .expect("writable again");
+    assert_eq!(etcd.get("/pgt/b").unwrap().as_deref(), Some("2"));
+    // A write that timed out without quorum may still commit once the members return (the
+    // leader had it in its log): a client must treat a timed-out write as "unknown", not
+    // "failed". So /pgt/c is either there or not; drop it for the checks below.
+    etcd.etcdctl(&["del", "/pgt/c"]).unwrap();
+
+    let kvs = etcd.get_prefix("/pgt/").unwrap();
+    let keys: Vec<&str> = kvs.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(keys, ["/pgt/a", "/pgt/b", "/pgt/d"]);
+
+    etcd.etcdctl(&["del", "/pgt/a"]).unwrap();
+    let h = etcd.history("/pgt/").unwrap();
+    let seen: Vec<(&str, bool)> = h
+        .iter()
+        .filter(|e| e.key != "/pgt/c")
+        .map(|e| (e.key.as_str(), e.delete))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("/pgt/a", false),
+            ("/pgt/b", false),
+            ("/pgt/d", false),
+            ("/pgt/a", true)
+        ]
+    );
+    assert!(h.windows(2).all(|w| w[0].revision < w[1].revision));
+    assert_eq!(h[0].value, "1");
+}
+
+/// Bad client material is refused by the servers, and auth works as the fleet tests need.
+#[test]
+fn etcd_harness_refuses_foreign_certificates_and_wrong_passwords() {
+    let Some(mut etcd) = require_etcd(3) else {
+        return;
+    };
+    let ep = etcd.endpoint(0);
+    let ctl = |ca: &std::path::Path, cert: &std::path::Path, key: &std::path::Path| {
+        run_limited(
+            std::process::Command::new(ETCDCTL)
+                .arg(format!("--endpoints={ep}"))
+                .arg(format!("--cacert={}", ca.display()))
+                .arg(format!("--cert={}", cert.display()))
+                .arg(format!("--key={}", key.display()))
+                .args(["--dial-timeout=2s", "--command-timeout=3s", "get", "/x"]),
+            Duration::from_secs(20),
+        )
+        .unwrap()
+        .status
+        .success()
+    };
+    assert!(ctl(&etcd.ca(), &etcd.client_cert(), &etcd.client_key()));
+    assert!(!ctl(
+        &etcd.wrong_ca(),
+        &etcd.client_cert(),
+        &etcd.client_key()
+    ));
+    assert!(!ctl(
+        &etcd.ca(),
+        &etcd.foreign_client_cert(),
+        &etcd.foreign_client_key()
+    ));
+    assert!(!ctl(
+        &etcd.ca(),
+        &etcd.self_signed_cert(),
+        &etcd.self_signed_key()
+    ));
+
+    etcd.enable_auth("fleet", "s3cret", "/pleg-guard/").unwrap();
+    // the harness itself goes on as root
+    etcd.put("/pleg-guard/t", "1").unwrap();
+    let as_user =
+        |user: &str| etcd.etcdctl(&[&format!("--user={user}"), "put", "/pleg-guard/u", "1"]);
+    as_user("fleet:s3cret").expect("the fleet user may write its prefix");
+    assert!(as_user("fleet:wrong").is_err());
+    assert!(
+        etcd.etcdctl(&["--user=fleet:s3cret", "put", "/elsewhere", "1"])
+            .is_err(),
+        "the fleet user may write only its prefix"
+    );
+}
+
+/// The harness's certificates suit the Rust client the fleet module uses (etcd-client over
+/// tonic + rustls): ECDSA P-256 keys, an IP SAN for 127.0.0.1, a client certificate with
+/// clientAuth. A client trusting another CA cannot connect.
+#[test]
+fn etcd_harness_certificates_suit_the_rust_client() {
+    let Some(etcd) = require_etcd(3) else {
+        return;
+    };
+    let tls_with = |ca: &std::path::Path, cert: &std::path::Path, key: &std::path::Path| {
+        let read = |p: &std::path::Path| std::fs::read(p).expect("a harness file");
+        etcd_client::TlsOptions::new()
+            .ca_certificate(etcd_client::Certificate::from_pem(read(ca)))
+            .identity(etcd_client::Identity::from_pem(read(cert), read(key)))
+    };
+    let tls = |ca: &std::path::Path| tls_with(ca, &etcd.client_cert(), &etcd.client_key());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    rt.block_on(async {
+        let opts = etcd_client::ConnectOptions::new()
+            .with_tls(tls(&etcd.ca()))
+            .with_timeout(Duration::from_secs(5))
+            .with_connect_timeout(Duration::from_secs(5));
+        let mut c = etcd_client::Client::connect(etcd.endpoints(), Some(opts))
+            .await
+            .expect("connect with the harness's certificates");
+        c.put("/pgt/rust", "ok", None).await.expect("put");
+        let r = c.get("/pgt/rust", None).await.expect("get");
+        assert_eq!(r.kvs().first().map(|kv| kv.value()), Some(&b"ok"[..]));
+
+        let opts = etcd_client::ConnectOptions::new()
+            .with_tls(tls(&etcd.wrong_ca()))
+            .with_timeout(Duration::from_secs(3))
+            .with_connect_timeout(Duration::from_secs(3));
+        let r = match etcd_client::Client::connect(etcd.endpoints(), Some(opts)).await {
+            Ok(mut c) => c.get("/pgt/rust", None).await.map(|_| ()),
+            Err(e) => Err(e),
+        };
+        eprintln!("a client trusting another CA: {r:?}");
+        assert!(r.is_err(), "a client trusting another CA read the cluster");
+
+        let opts = etcd_client::ConnectOptions::new()
+            .with_tls(tls_with(
+                &etcd.ca(),
+                &etcd.foreign_client_cert(),
+                &etcd.foreign_client_key(),
+            ))
+            .with_timeout(Duration::from_secs(3))
+            .with_connect_timeout(Duration::from_secs(3));
+        let r = match etcd_client::Client::connect(etcd.endpoints(), Some(opts)).await {
+            Ok(mut c) => c.get("/pgt/rust", None).await.map(|_| ()),
+            Err(e) => Err(e),
+        };
+        eprintln!("a client with a certificate of another CA: {r:?}");
+        assert!(
+            r.is_err(),
+            "a client with a foreign certificate read the cluster"
+        );
+    });
+    assert_eq!(etcd.get("/pgt/rust").unwrap().as_deref(), Some("ok"));
+}
+
+// ------------------------------------------------------------------------------------------------
+// the fleet module against the cluster
+// ------------------------------------------------------------------------------------------------
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use pleg_guard::action::ActionKind;
+use pleg_guard::fleet::{Fleet, FleetError, FleetSettings, SlotState, TlsFiles, Urgency};
+
+const PREFIX: &str = "/pleg-guard";
+
+fn secs(s: u64) -> Duration {
+    Duration::from_secs(s)
+}
+
+/// Settings for `node` in `group` against the whole cluster, with the cluster's good TLS files.
+fn settings(etcd: &EtcdCluster, group: &str, node: &str, max: &str) -> FleetSettings {
+    etcd.fleet_settings(group, node, max, secs(5), secs(2))
+}
+
+/// A current-thread runtime like the daemon's.
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+}
+
+/// Waits (on the fleet's own change notifications) until `cond` holds for its state.
+async fn wait_state(
+    fleet: &mut Fleet,
+    what: &str,
+    within: Duration,
+    cond: impl Fn(&SlotState) -> bool,
+) -> Result<Duration, String> {
+    let start = tokio::time::Instant::now();
+    let deadline = start + within;
+    loop {
+        let s = fleet.state();
+        if cond(&s) {
+            return Ok(start.elapsed());
+        }
+        if tokio::time::timeout_at(deadline, fleet.changed())
+            .await
+            .is_err()
+        {
+            return Err(format!("{what}: still {s:?} after {within:?}"));
+        }
+    }
+}
+
+/// Watches `fleet` for `during` and fails if it is ever Granted.
+async fn never_granted(fleet: &mut Fleet, during: Duration) -> Result<(), String> {
+    match wait_state(fleet, "", during, |s| {
+        matches!(s, SlotState::Granted { .. })
+    })
+    .await
+    {
+        Ok(after) => Err(format!("granted after {after:?}: {:?}", fleet.state())),
+        Err(_) => Ok(()),
+    }
+}
+
+/// The holders after each revision, replayed from etcd's history of `<prefix>/<group>/slots/`.
+struct Replay {
+    /// (revision, nodes holding after it), one entry per revision that touched slots/.
+    holders: Vec<(i64, Vec<String>)>,
+    /// For each node, the revisions at which it became a holder.
+    grants: BTreeMap<String, Vec<i64>>,
+    /// For each node, the revisions at which its holding key went away (release or expiry).
+    ends: BTreeMap<String, Vec<i64>>,
+}
+
+impl Replay {
+    fn of(etcd: &EtcdCluster, group: &str) -> Replay {
+        let slots = format!("{PREFIX}/{group}/slots/");
+        let events = etcd.history(&slots).expect("etcd's revision history");
+        let mut holding: BTreeMap<String, bool> = BTreeMap::new();
+        let mut r = Replay {
+            holders: Vec::new(),
+            grants: BTreeMap::new(),
+            ends: BTreeMap::new(),
+        };
+        let mut i = 0;
+        while i < events.len() {
+            let rev = events[i].revision;
+            while i < events.len() && events[i].revision == rev {
+                let e = &events[i];
+                let node = e.key.strip_prefix(&slots).unwrap_or(&e.key).to_string();
+                let was = holding.get(&node).copied().unwrap_or(false);
+                let now = !e.delete
+                    && serde_json::from_str::<serde_json::Value>(&e.value)
+                        .map(|v| v["state"] == "holding")
+                        .unwrap_or(false);
+                if now && !was {
+                    r.grants.entry(node.clone()).or_default().push(rev);
+                }
+                if was && !now {
+                    r.ends.entry(node.clone()).or_default().push(rev);
+                }
+                holding.insert(node, now);
+                i += 1;
+            }
+            let held: Vec<String> = holding
+                .iter()
+                .filter(|(_, h)| **h)
+                .map(|(n, _)| n.clone())
+                .collect();
+            r.holders.push((rev, held));
+        }
+        r
+    }
+
+    /// The most holders at any revision, and the first revision where that many held.
+    fn max_holders(&self) -> (usize, i64) {
+        self.holders
+            .iter()
+            .map(|(rev, h)| (h.len(), -rev))
+            .max()
+            .map(|(n, r)| (n, -r))
+            .unwrap_or((0, 0))
+    }
+
+    /// The most holders at any revision after `rev`.
+    fn max_holders_after(&self, rev: i64) -> usize {
+        self.holders
+            .iter()
+            .filter(|(r, _)| *r > rev)
+            .map(|(_, h)| h.len())
+            .max()
+            .unwrap_or(0)
+    }
+
+    fn grants_of(&self, node: &str) -> &[i64] {
+        self.grants.get(node).map(Vec::as_slice).unwrap_or(&[])
+    }
+}
+
+/// One client's turn in the contention test.
+#[derive(Debug, Clone, Copy)]
+struct Turn {
+    wait: Duration,
+    held: Duration,
+}
+
+/// 24 clients, max_disruptive "2", each takes the slot three times: etcd's own history never
+/// shows more than 2 holders, every client is served every round, and none waits much longer
+/// than a FIFO queue of its peers takes.
+#[test]
+fn contention_never_more_than_two_holders_and_none_starves() {
+    let Some(etcd) = require_etcd(3) else {
+        return;
+    };
+    const CLIENTS: usize = 24;
+    const ROUNDS: usize = 3;
+    let group = "contention";
+    let rt = runtime();
+    let local = tokio::task::LocalSet::new();
+    let started = Instant::now();
+    let turns: Vec<Vec<Turn>> = local.block_on(&rt, async {
+        let mut fleets = Vec::new();
+        for i in 0..CLIENTS {
+            let s = settings(&etcd, group, &format!("node-{i:02}"), "2");
+            fleets.push(Fleet::start(s).expect("Fleet::start"));
+        }
+        // every member registered before the first request, so the first round is fair too
+        for f in fleets.iter_mut() {
+            let mut view_ok = false;
+            let deadline = tokio::time::Instant::now() + secs(30);
+            while tokio::time::Instant::now() < deadline {
+                if f.view().members_alive == Some(CLIENTS) {
+                    view_ok = true;
+                    break;
+                }
+                let _ = tokio::time::timeout(secs(1), f.changed()).await;
+            }
+            assert!(view_ok, "members alive never {CLIENTS}: {:?}", f.view());
+        }
+        let mut tasks = Vec::new();
+        for (i, mut fleet) in fleets.into_iter().enumerate() {
+            tasks.push(tokio::task::spawn_local(async move {
+                let mut turns = Vec::new();
+                for round in 0..ROUNDS {
+                    let asked = Instant::now();
+                    fleet.request(ActionKind::RestartKubelet, Urgency::Planned);
+                    let granted = fleet.wait_granted(secs(120)).await;
+                    assert!(granted, "node-{i:02} round {round}: {:?}", fleet.state());
+                    let wait = asked.elapsed();
+                    let hold_ms = 200 + ((i * 7 + round * 13) % 4) as u64 * 100;
+                    tokio::time::sleep(Duration::from_millis(hold_ms)).await;
+                    fleet.release();
+                    wait_state(&mut fleet, "idle after release", secs(20), |s| {
+                        matches!(s, SlotState::Idle)
+                    })
+                    .await
+                    .unwrap_or_else(|e| panic!("node-{i:02}: {e}"));
+                    turns.push(Turn {
+                        wait,
+                        held: asked.elapsed() - wait,
+                    });
+                }
+                fleet.shutdown().await;
+                turns
+            }));
+        }
+        let mut all = Vec::new();
+        for t in tasks {
+            all.push(t.await.expect("a client task"));
+        }
+        all
+    });
+    let elapsed = started.elapsed();
+
+    let replay = Replay::of(&etcd, group);
+    let (max, at) = replay.max_holders();
+    assert!(
+        max <= 2,
+        "{max} holders at revision {at}: {:?}",
+        replay.holders
+    );
+    assert_eq!(max, 2, "the two slots were never both used: no contention");
+    for i in 0..CLIENTS {
+        let node = format!("node-{i:02}");
+        assert_eq!(
+            replay.grants_of(&node).len(),
+            ROUNDS,
+            "{node}'s grants in etcd's history: {:?}",
+            replay.grants_of(&node)
+        );
+    }
+
+    let waits: Vec<Duration> = turns.iter().flatten().map(|t| t.wait).collect();
+    let max_wait = waits.iter().max().copied().unwrap_or_default();
+    let mean_wait = waits.iter().sum::<Duration>() / waits.len() as u32;
+    let mean_held = turns.iter().flatten().map(|t| t.held).sum::<Duration>() / waits.len() as u32;
+    // the time one grant keeps a slot busy, handoff included: run time per grant per slot
+    let turn = elapsed * 2 / (CLIENTS * ROUNDS) as u32;
+    let bound = turn * (CLIENTS as u32 / 2 + 2);
+    eprintln!(
+        "contention: {CLIENTS} clients x {ROUNDS} rounds, 2 slots, {elapsed:?}; wait mean \
+         {mean_wait:?} max {max_wait:?}; held (hold + release) mean {mean_held:?}; slot turn \
+         {turn:?}; fairness bound {bound:?}; {} revisions touched slots/",
+        replay.holders.len()
+    );
+    assert!(
+        max_wait <= bound,
+        "a client waited {max_wait:?}, more than {} slot turns ({bound:?})",
+        CLIENTS / 2 + 2
+    );
+}
+
+/// The child half of [`sigkilled_holder_frees_its_slot_within_lease_ttl`]: does nothing unless
+/// the parent re-executes this binary with `PLEG_FLEET_CHILD` set; then it takes the slot,
+/// says `GRANTED` on stdout and sleeps until it is killed.
+#[test]
+fn fleet_child_holds_a_slot() {
+    let Ok(spec) = std::env::var("PLEG_FLEET_CHILD") else {
+        return;
+    };
+    // endpoints|ca|cert|key|group|node
+    let parts: Vec<&str> = spec.split('|').collect();
+    assert_eq!(parts.len(), 6, "PLEG_FLEET_CHILD: {spec}");
+    let s = FleetSettings {
+        endpoints: parts[0].split(',').map(str::to_string).collect(),
+        group: parts[4].to_string(),
+        prefix: PREFIX.to_string(),
+        node: parts[5].to_string(),
+        max_disruptive: "1".parse().expect("max_disruptive"),
+        lease_ttl: secs(5),
+        request_timeout: secs(2),
+        tls: Some(TlsFiles {
+            ca_file: Some(parts[1].into()),
+            cert_file: Some(parts[2].into()),
+            key_file: Some(parts[3].into()),
+        }),
+        auth: None,
+    };
+    runtime().block_on(async {
+        let mut fleet = Fleet::start(s).expect("Fleet::start");
+        fleet.request(ActionKind::DaemonReexec, Urgency::Emergency);
+        assert!(fleet.wait_granted(secs(30)).await, "{:?}", fleet.state());
+        println!("GRANTED");
+        use std::io::Write as _;
+        let _ = std::io::stdout().flush();
+        tokio::time::sleep(secs(600)).await;
+    });
+}
+
+/// A holder SIGKILLed mid-action: its slot frees through the lease within lease_ttl (5 s), the
+/// waiter gets it only then, and etcd's history never shows both holding.
+#[test]
+fn sigkilled_holder_frees_its_slot_within_lease_ttl() {
+    let Some(etcd) = require_etcd(3) else {
+        return;
+    };
+    let group = "sigkill";
+    let spec = [
+        etcd.endpoints().join(","),
+        etcd.ca().display().to_string(),
+        etcd.client_cert().display().to_string(),
+        etcd.client_key().display().to_string(),
+        group.to_string(),
+        "doomed".to_string(),
+    ]
+    .join("|");
+    let exe = std::env::current_exe().expect("the test binary");
+    let mut cmd = if std::path::Path::new("/usr/bin/setpriv").exists() {
+        let mut c = std::process::Command::new("/usr/bin/setpriv");
+        c.args(["--pdeathsig", "KILL", "--"]).arg(&exe);
+        c
+    } else {
+        std::process::Command::new(&exe)
+    };
+    cmd.args([
+        "--exact",
+        "fleet_child_holds_a_slot",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env("PLEG_FLEET_CHILD", spec)
+    .stdin(std::process::Stdio::null())
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::inherit());
+    let mut child = cmd.spawn().expect("re-executing the test binary");
+    let stdout = child.stdout.take().expect("child stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead as _;
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            // libtest may print the test's name on the same line first
+            if line.trim().ends_with("GRANTED") {
+                let _ = tx.send(());
+            }
+        }
+    });
+    if rx.recv_timeout(secs(60)).is_err() {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("the child never held the slot");
+    }
+
+    let rt = runtime();
+    let (since_kill, kill_rev) = rt.block_on(async {
+        let mut waiter = Fleet::start(settings(&etcd, group, "survivor", "1")).expect("start");
+        waiter.request(ActionKind::DaemonReexec, Urgency::Emergency);
+        wait_state(&mut waiter, "waiting", secs(20), |s| {
+            matches!(s, SlotState::Waiting { .. })
+        })
+        .await
+        .unwrap();
+        never_granted(&mut waiter, secs(2))
+            .await
+            .expect("granted while the child held the only slot");
+        let kill_rev = etcd.revision().expect("revision");
+        let killed = Instant::now();
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(
+            waiter.wait_granted(secs(15)).await,
+            "not granted 15 s after the holder died: {:?}",
+            waiter.state()
+        );
+        let since_kill = killed.elapsed();
+        waiter.release();
+        waiter.shutdown().await;
+        (since_kill, kill_rev)
+    });
+    eprintln!("the slot of a SIGKILLed holder went to the waiter {since_kill:?} after the kill");
+    assert!(
+        since_kill <= secs(5) + Duration::from_millis(2500),
+        "granted {since_kill:?} after the kill, lease_ttl is 5 s"
+    );
+
+    let replay = Replay::of(&etcd, group);
+    let (max, at) = replay.max_holders();
+    assert_eq!(
+        max, 1,
+        "{max} holders at revision {at}: {:?}",
+        replay.holders
+    );
+    let doomed_end = replay.ends.get("doomed").and_then(|e| e.first().copied());
+    let survivor = replay.grants_of("survivor").first().copied();
+    let (Some(end), Some(granted)) = (doomed_end, survivor) else {
+        panic!(
+            "history lacks the expiry or the grant: {:?}",
+            replay.holders
+        );
+    };
+    assert!(
+        end > kill_rev,
+        "the child's slot went before the kill (rev {end} <= {kill_rev})"
+    );
+    assert!(
+        granted > end,
+        "granted at rev {granted}, before the expiry at {end}"
+    );
+}
+
+/// One member killed: a client is still granted. Two killed (no quorum): it becomes
+/// Unreachable within a few request timeouts and its standing request is not granted. The
+/// members return: it recovers on its own and is granted.
+#[test]
+fn quorum_loss_makes_clients_unreachable_and_they_recover() {
+    let Some(etcd) = require_etcd(3) else {
+        return;
+    };
+    let group = "quorum";
+    let s = settings(&etcd, group, "lonely", "1");
+    let etcd = Arc::new(Mutex::new(etcd));
+    let ctl = |f: Box<dyn FnOnce(&mut EtcdCluster) + Send>| {
+        let etcd = etcd.clone();
+        async move {
+            tokio::task::spawn_blocking(move || {
+                let mut e = etcd.lock().unwrap_or_else(|p| p.into_inner());
+                f(&mut e)
+            })
+            .await
+            .expect("cluster control");
+        }
+    };
+    let rt = runtime();
+    rt.block_on(async {
+        let mut fleet = Fleet::start(s).expect("start");
+        wait_state(&mut fleet, "idle", secs(20), |s| {
+            matches!(s, SlotState::Idle)
+        })
+        .await
+        .unwrap();
+
+        ctl(Box::new(|e| e.kill_member(0))).await;
+        fleet.request(ActionKind::RestartKubelet, Urgency::Emergency);
+        assert!(
+            fleet.wait_granted(secs(20)).await,
+            "not granted with 2 of 3 members: {:?}",
+            fleet.state()
+        );
+        fleet.release();
+        wait_state(&mut fleet, "idle", secs(20), |s| {
+            matches!(s, SlotState::Idle)
+        })
+        .await
+        .unwrap();
+
+        ctl(Box::new(|e| e.kill_member(1))).await;
+        let lost = Instant::now();
+        fleet.request(ActionKind::RestartKubelet, Urgency::Emergency);
+        // request_timeout is 2 s: a few of them, and the lease's keep-alive failing
+        let took = wait_state(&mut fleet, "unreachable", secs(12), |s| {
+            matches!(s, SlotState::Unreachable { .. })
+        })
+        .await
+        .unwrap();
+        eprintln!("unreachable {took:?} after quorum was lost");
+        never_granted(&mut fleet, secs(4))
+            .await
+            .expect("granted without quorum");
+        assert!(!fleet.view().reachable, "{:?}", fleet.view());
+
+        ctl(Box::new(|e| {
+            e.start_members(&[0, 1]).expect("the members return")
+        }))
+        .await;
+        let back = Instant::now();
+        assert!(
+            fleet.wait_granted(secs(40)).await,
+            "no recovery 40 s after the members returned: {:?}",
+            fleet.state()
+        );
+        eprintln!(
+            "recovered and granted {:?} after the members returned ({:?} after quorum was lost)",
+            back.elapsed(),
+            lost.elapsed()
+        );
+        assert!(fleet.view().reachable);
+        fleet.release();
+        fleet.shutdown().await;
+    });
+    let etcd = etcd.lock().unwrap_or_else(|p| p.into_inner());
+    let replay = Replay::of(&etcd, group);
+    assert_eq!(replay.max_holders().0, 1, "{:?}", replay.holders);
+    assert_eq!(replay.grants_of("lonely").len(), 2, "{:?}", replay.holders);
+}
+
+/// "50%" of 4 live members is 2 slots; when 2 members shut down it is 1.
+#[test]
+fn share_budget_follows_the_live_members() {
+    let Some(etcd) = require_etcd(3) else {
+        return;
+    };
+    let group = "share";
+    let rt = runtime();
+    let shrunk_at = rt.block_on(async {
+        let mut f: Vec<Fleet> = (0..4)
+            .map(|i| Fleet::start(settings(&etcd, group, &format!("n{i}"), "50%")).expect("start"))
+            .collect();
+        for fl in f.iter_mut() {
+            let deadline = tokio::time::Instant::now() + secs(30);
+            while fl.view().members_alive != Some(4) {
+                assert!(tokio::time::Instant::now() < deadline, "{:?}", fl.view());
+                let _ = tokio::time::timeout(secs(1), fl.changed()).await;
+            }
+        }
+        for fl in &f[..3] {
+            fl.request(ActionKind::RestartKubelet, Urgency::Planned);
+        }
+        // two granted, the third waits with max 2
+        let deadline = Instant::now() + secs(30);
+        let granted = loop {
+            let g: Vec<usize> = (0..3)
+                .filter(|&i| matches!(f[i].state(), SlotState::Granted { .. }))
+                .collect();
+            if g.len() >= 2 || Instant::now() > deadline {
+                break g;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        assert_eq!(
+            granted.len(),
+            2,
+            "states: {:?}",
+            f.iter().map(Fleet::state).collect::<Vec<_>>()
+        );
+        let third = (0..3).find(|i| !granted.contains(i)).unwrap_or(2);
+        assert_eq!(
+            f[third].view().max_disruptive,
+            Some(2),
+            "{:?}",
+            f[third].view()
+        );
+        never_granted(&mut f[third], secs(1))
+            .await
+            .expect("a third holder under 50% of 4");
+        assert!(
+            matches!(f[third].state(), SlotState::Waiting { max: 2, .. }),
+            "{:?}",
+            f[third].state()
+        );
+        // everyone done; then two members leave
+        for &g in &granted {
+            f[g].release();
+        }
+        assert!(
+            f[third].wait_granted(secs(20)).await,
+            "{:?}",
+            f[third].state()
+        );
+        f[third].release();
+        for fl in f.iter_mut() {
+            wait_state(fl, "idle", secs(20), |s| matches!(s, SlotState::Idle))
+                .await
+                .unwrap();
+        }
+        let n3 = f.pop().expect("n3");
+        let n2 = f.pop().expect("n2");
+        n3.shutdown().await;
+        n2.shutdown().await;
+        for fl in f.iter_mut() {
+            let deadline = tokio::time::Instant::now() + secs(20);
+            while fl.view().members_alive != Some(2) {
+                assert!(tokio::time::Instant::now() < deadline, "{:?}", fl.view());
+                let _ = tokio::time::timeout(secs(1), fl.changed()).await;
+            }
+            assert_eq!(fl.view().max_disruptive, Some(1), "{:?}", fl.view());
+        }
+        let shrunk_at = etcd.revision().expect("revision");
+        f[0].request(ActionKind::RestartKubelet, Urgency::Planned);
+        assert!(f[0].wait_granted(secs(20)).await, "{:?}", f[0].state());
+        f[1].request(ActionKind::RestartKubelet, Urgency::Planned);
+        never_granted(&mut f[1], secs(2))
+            .await
+            .expect("a second holder under 50% of 2");
+        assert!(
+            matches!(f[1].state(), SlotState::Waiting { max: 1, .. }),
+            "{:?}",
+            f[1].state()
+        );
+        f[0].release();
+        assert!(f[1].wait_granted(secs(20)).await, "{:?}", f[1].state());
+        f[1].release();
+        for fl in f {
+            fl.shutdown().await;
+        }
+        shrunk_at
+    });
+    let replay = Replay::of(&etcd, group);
+    assert_eq!(replay.max_holders().0, 2, "{:?}", replay.holders);
+    assert_eq!(
+        replay.max_holders_after(shrunk_at),
+        1,
+        "after 2 members left: {:?}",
+        replay.holders
+    );
+}
+
+/// A client with the wrong CA, or with a certificate from another CA, gets FleetError::Tls from
+/// check, and a started one is Rejected and never Granted (nothing of it reaches etcd).
+#[test]
+fn bad_tls_is_rejected_and_never_granted() {
+    let Some(etcd) = require_etcd(3) else {
+        return;
+    };
+    let group = "badtls";
+    let mut wrong_ca = settings(&etcd, group, "wrong-ca", "1");
+    if let Some(t) = wrong_ca.tls.as_mut() {
+        t.ca_file = Some(etcd.wrong_ca());
+    }
+    let mut foreign = settings(&etcd, group, "foreign-cert", "1");
+    if let Some(t) = foreign.tls.as_mut() {
+        t.cert_file = Some(etcd.foreign_client_cert());
+        t.key_file = Some(etcd.foreign_client_key());
+    }
+    let mut self_signed = settings(&etcd, group, "self-signed", "1");
+    if let Some(t) = self_signed.tls.as_mut() {
+        t.cert_file = Some(etcd.self_signed_cert());
+        t.key_file = Some(etcd.self_signed_key());
+    }
+    let good = settings(&etcd, group, "good", "1");
+    runtime().block_on(async {
+        assert!(Fleet::check(&good).await.is_ok(), "the good settings fail");
+        for bad in [&wrong_ca, &foreign, &self_signed] {
+            let r = Fleet::check(bad).await;
+            assert!(matches!(r, Err(FleetError::Tls(_))), "{}: {r:?}", bad.node);
+        }
+        for bad in [wrong_ca.clone(), foreign.clone(), self_signed.clone()] {
+            let node = bad.node.clone();
+            let mut fleet = Fleet::start(bad).expect("start validates files only");
+            fleet.request(ActionKind::RestartKubelet, Urgency::Emergency);
+            wait_state(&mut fleet, &node, secs(20), |s| {
+                matches!(s, SlotState::Rejected { .. })
+            })
+            .await
+            .unwrap();
+            never_granted(&mut fleet, secs(3)).await.expect(&node);
+            fleet.shutdown().await;
+        }
+    });
+    let keys = etcd.get_prefix(&format!("{PREFIX}/{group}/")).unwrap();
+    assert!(keys.is_empty(), "rejected clients wrote {keys:?}");
+    let replay = Replay::of(&etcd, group);
+    assert!(replay.holders.is_empty(), "{:?}", replay.holders);
+}
+
+/// With etcd's auth enabled, a wrong password gets FleetError::Auth from check, and a started
+/// client is Rejected and never Granted; the right password is granted.
+#[test]
+fn bad_auth_is_rejected_and_never_granted() {
+    let Some(mut etcd) = require_etcd(3) else {
+        return;
+    };
+    let group = "badauth";
+    etcd.enable_auth("fleet", "s3cret", &format!("{PREFIX}/"))
+        .expect("enable auth");
+    let mut wrong = settings(&etcd, group, "wrong-pw", "1");
+    wrong.auth = Some(("fleet".to_string(), "nope".to_string()));
+    let mut nobody = settings(&etcd, group, "no-user", "1");
+    nobody.auth = Some(("nobody".to_string(), "s3cret".to_string()));
+    let mut right = settings(&etcd, group, "right-pw", "1");
+    right.auth = Some(("fleet".to_string(), "s3cret".to_string()));
+    runtime().block_on(async {
+        for bad in [&wrong, &nobody] {
+            let r = Fleet::check(bad).await;
+            assert!(matches!(r, Err(FleetError::Auth(_))), "{}: {r:?}", bad.node);
+        }
+        let r = Fleet::check(&right).await;
+        assert!(r.is_ok(), "the right password: {r:?}");
+
+        let mut fleet = Fleet::start(wrong.clone()).expect("start");
+        fleet.request(ActionKind::RestartKubelet, Urgency::Emergency);
+        wait_state(&mut fleet, "rejected", secs(20), |s| {
+            matches!(s, SlotState::Rejected { .. })
+        })
+        .await
+        .unwrap();
+        never_granted(&mut fleet, secs(3))
+            .await
+            .expect("wrong password");
+        fleet.shutdown().await;
+
+        let mut fleet = Fleet::start(right.clone()).expect("start");
+        fleet.request(ActionKind::RestartKubelet, Urgency::Emergency);
+        assert!(fleet.wait_granted(secs(20)).await, "{:?}", fleet.state());
+        fleet.release();
+        fleet.shutdown().await;
+    });
+    let replay = Replay::of(&etcd, group);
+    assert!(
+        replay.grants_of("wrong-pw").is_empty(),
+        "{:?}",
+        replay.holders
+    );
+    assert_eq!(
+        replay.grants_of("right-pw").len(),
+        1,
+        "{:?}",
+        replay.holders
+    );
+}
+
+/// `check-config --connect`: with the cluster's files it reads the group (exit 0); with a
+/// wrong CA it says TLS failed (exit 3); with a member list of dead ports, unreachable (3).
+#[test]
+fn check_config_connect_reports_tls_and_reachability() {
+    let Some(etcd) = require_etcd(3) else {
+        return;
+    };
+    let dir = etcd.dir().join("check-config");
+    std::fs::create_dir_all(&dir).expect("config dir");
+    let write = |name: &str, endpoints: &[String], ca: &std::path::Path| {
+        let list: Vec<String> = endpoints.iter().map(|e| format!("\"{e}\"")).collect();
+        let path = dir.join(name);
+        std::fs::write(
+            &path,
+            format!(
+                "[fleet]\netcd_endpoints = [{}]\ngroup = \"cc\"\nnode = \"checker\"\nca_file = \"{}\"\ncert_file = \"{}\"\nkey_file = \"{}\"\n",
+                list.join(", "),
+                ca.display(),
+                etcd.client_cert().display(),
+                etcd.client_key().display()
+            ),
+        )
+        .expect("write config");
+        path
+    };
+    let run = |path: &std::path::Path| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_pleg-guard"))
+            .args(["check-config", "--connect"])
+            .arg(path)
+            .output()
+            .expect("pleg-guard check-config");
+        (
+            out.status.code(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )
+    };
+    let good = write("good.toml", &etcd.endpoints(), &etcd.ca());
+    let (code, out) = run(&good);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("etcd ok; group cc"), "{out}");
+    // diagnose shows the group beside the node's own targets (it only reads)
+    let diag = std::process::Command::new(env!("CARGO_BIN_EXE_pleg-guard"))
+        .args(["diagnose", "--json", "--config"])
+        .arg(&good)
+        .output()
+        .expect("pleg-guard diagnose");
+    let report: serde_json::Value =
+        serde_json::from_slice(&diag.stdout).expect("diagnose --json is JSON");
+    assert_eq!(report["fleet"]["group"], "cc", "{}", report["fleet"]);
+    assert_eq!(report["fleet"]["reachable"], true, "{}", report["fleet"]);
+    assert_eq!(
+        report["fleet"]["this_node"]["state"], "idle",
+        "{}",
+        report["fleet"]
+    );
+
+    let bad_ca = write("bad-ca.toml", &etcd.endpoints(), &etcd.wrong_ca());
+    let (code, out) = run(&bad_ca);
+    assert_eq!(code, Some(3), "{out}");
+    assert!(out.contains("TLS with etcd failed"), "{out}");
+
+    let dead = write(
+        "dead.toml",
+        &["https://127.0.0.1:1".to_string()],
+        &etcd.ca(),
+    );
+    let started = Instant::now();
+    let (code, out) = run(&dead);
+    assert_eq!(code, Some(3), "{out}");
+    assert!(out.contains("etcd unreachable"), "{out}");
+    assert!(started.elapsed() < secs(10), "took {:?}", started.elapsed());
+}

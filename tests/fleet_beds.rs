@@ -1,0 +1,279 @@
+//! The fleet budget between real nodes (issue 21): three beds, each with its own pleg-guard
+//! and a wedged stand-in kubelet, share one slot on the real 3-member TLS etcd cluster. Their
+//! kubelet restarts must not overlap in time, as their own journals tell.
+//!
+//! The beds run on private networks; each etcd client port is carried into a bed by two
+//! socat processes: one on the host listening on a unix socket and connecting to the member,
+//! one in the bed's network namespace listening on the same loopback port (so the server
+//! certificate's 127.0.0.1 still matches) and connecting to that unix socket.
+
+mod support;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use support::etcd::*;
+use support::*;
+
+/// The socat processes of one bed's bridge; killed on drop.
+struct Bridge(Vec<Child>);
+
+impl Drop for Bridge {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn port_of(endpoint: &str) -> u16 {
+    endpoint
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no port in {endpoint}"))
+}
+
+/// Carry every etcd client port into `bed`'s network namespace.
+fn bridge(bed: &Bed, etcd: &EtcdCluster) -> Bridge {
+    let mut children = Vec::new();
+    for (i, e) in etcd.endpoints().iter().enumerate() {
+        let port = port_of(e);
+        let sock = etcd.dir().join(format!("{}-{i}.sock", bed.name));
+        let _ = std::fs::remove_file(&sock);
+        children.push(
+            Command::new("socat")
+                .arg(format!("UNIX-LISTEN:{},fork", sock.display()))
+                .arg(format!("TCP:127.0.0.1:{port}"))
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                // a member killed on purpose makes every bridged connect to it complain
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("socat on the host"),
+        );
+        let deadline = Instant::now() + secs(5);
+        while !sock.exists() {
+            assert!(
+                Instant::now() < deadline,
+                "socat made no {}",
+                sock.display()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        children.push(
+            Command::new("nsenter")
+                .args(["-t", &bed.host_pid1().to_string(), "-n", "--", "socat"])
+                .arg(format!("TCP-LISTEN:{port},bind=127.0.0.1,fork,reuseaddr"))
+                .arg(format!("UNIX-CONNECT:{}", sock.display()))
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                // a member killed on purpose makes every bridged connect to it complain
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("socat in the bed's network namespace"),
+        );
+    }
+    Bridge(children)
+}
+
+fn config(etcd: &EtcdCluster, node: &str) -> String {
+    let endpoints: Vec<String> = etcd
+        .endpoints()
+        .iter()
+        .map(|e| format!("\"{e}\""))
+        .collect();
+    format!(
+        r#"interval = "1s"
+startup_grace = "0s"
+
+[probe]
+timeout = "1s"
+slow_after = "500ms"
+unhealthy_after = 2
+
+[kubelet]
+pleg_log_window = "8s"
+
+[actions.restart_kubelet]
+settle = "5s"
+
+[fleet]
+etcd_endpoints = [{}]
+group = "beds"
+node = "{node}"
+max_disruptive = "1"
+lease_ttl = "10s"
+ca_file = "/etc/pleg-guard/etcd/ca.pem"
+cert_file = "/etc/pleg-guard/etcd/client.pem"
+key_file = "/etc/pleg-guard/etcd/client-key.pem"
+"#,
+        endpoints.join(", ")
+    )
+}
+
+/// The cluster's CA and client certificate, where the config below names them.
+fn give_certificates(bed: &Bed, etcd: &EtcdCluster) {
+    for (from, to) in [
+        (etcd.ca(), "/etc/pleg-guard/etcd/ca.pem"),
+        (etcd.client_cert(), "/etc/pleg-guard/etcd/client.pem"),
+        (etcd.client_key(), "/etc/pleg-guard/etcd/client-key.pem"),
+    ] {
+        bed.write_file(
+            to,
+            std::fs::read(&from).expect("a harness certificate file"),
+        );
+    }
+}
+
+/// The realtime stamp (µs) of the first entry of `event` for restart-kubelet.
+fn stamp(bed: &Bed, event: &str) -> Option<u64> {
+    bed.pleg_guard_events(event, &[("PLEG_GUARD_ACTION", "restart-kubelet")])
+        .first()
+        .and_then(|e| field(e, "__REALTIME_TIMESTAMP"))
+        .and_then(|t| t.parse().ok())
+}
+
+#[test]
+fn three_beds_one_slot_their_kubelet_restarts_do_not_overlap() {
+    let Some(etcd) = require_etcd(3) else {
+        return;
+    };
+    let Some(env) = require_bed() else { return };
+    let beds: Vec<Bed> = (0..3)
+        .map(|_| Bed::boot(&env, BedOptions::with_pleg_guard()))
+        .collect();
+    let mut bridges = Vec::new();
+    for bed in &beds {
+        give_certificates(bed, &etcd);
+        bridges.push(bridge(bed, &etcd));
+        let node = bed.name.clone();
+        bed.install_pleg_guard(&config(&etcd, &node));
+        let check = bed.sh("pleg-guard check-config --connect /etc/pleg-guard/config.toml");
+        assert!(check.status.success(), "{}: {}", bed.name, show(&check));
+        bed.start_pleg_guard();
+    }
+    for bed in &beds {
+        bed.kubelet_wedge();
+    }
+
+    // every bed's restart goes through, one after another
+    let deadline = Instant::now() + secs(150);
+    let mut released = vec![None; beds.len()];
+    while released.iter().any(Option::is_none) {
+        assert!(
+            Instant::now() < deadline,
+            "not every bed restarted kubelet under the budget: released {released:?}\n{}",
+            beds.iter()
+                .map(|b| b.pleg_guard_diagnostics())
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        for (i, bed) in beds.iter().enumerate() {
+            if released[i].is_none() {
+                released[i] = stamp(bed, "fleet-released");
+            }
+        }
+        std::thread::sleep(secs(1));
+    }
+    let mut spans = Vec::new();
+    for (i, bed) in beds.iter().enumerate() {
+        let granted = stamp(bed, "fleet-granted").expect("fleet-granted in the journal");
+        let started = stamp(bed, "action-started").expect("action-started in the journal");
+        let succeeded = stamp(bed, "action-succeeded").expect("action-succeeded");
+        let end = released[i].unwrap_or_default();
+        assert!(granted <= started && started <= succeeded && succeeded <= end);
+        let waits = bed.pleg_guard_events("fleet-waiting", &[]).len();
+        spans.push((granted, end, bed.name.clone(), waits));
+    }
+    spans.sort();
+    for w in spans.windows(2) {
+        assert!(
+            w[0].1 <= w[1].0,
+            "{} held the slot until {} but {} was granted at {}",
+            w[0].2,
+            w[0].1,
+            w[1].2,
+            w[1].0
+        );
+    }
+    let first = spans[0].0;
+    for (granted, end, name, waits) in &spans {
+        eprintln!(
+            "{name}: slot {:.1} s .. {:.1} s after the first grant ({waits} fleet-waiting entries)",
+            (granted - first) as f64 / 1e6,
+            (end - first) as f64 / 1e6
+        );
+    }
+    assert!(
+        spans.iter().filter(|s| s.3 > 0).count() >= 2,
+        "at least two beds must have waited for the slot"
+    );
+    drop(bridges);
+}
+
+/// Quorum lost under `on_unreachable = "wait"`: the wedged kubelet is not restarted, status
+/// says why, and the probe loop keeps its 1 s interval; the members return and the restart
+/// goes through on its own.
+#[test]
+fn quorum_lost_nothing_acts_the_loop_keeps_its_interval_and_it_recovers() {
+    let Some(mut etcd) = require_etcd(3) else {
+        return;
+    };
+    let Some(env) = require_bed() else { return };
+    let bed = Bed::boot(&env, BedOptions::with_pleg_guard());
+    give_certificates(&bed, &etcd);
+    let _bridge = bridge(&bed, &etcd);
+    let node = bed.name.clone();
+    bed.install_pleg_guard(&config(&etcd, &node));
+    bed.start_pleg_guard();
+    // registered as a member before the quorum goes
+    std::thread::sleep(secs(3));
+
+    etcd.kill_member(0);
+    etcd.kill_member(1);
+    bed.kubelet_wedge();
+    bed.wait_event("fleet-unreachable", &[], secs(40));
+    // the loop goes on at its interval while the action waits
+    let mut stamps = Vec::new();
+    let watch_from = Instant::now();
+    while watch_from.elapsed() < secs(8) {
+        let s = bed.status_json();
+        if let Some(t) = s["updated_at"].as_str() {
+            if stamps.last().map(String::as_str) != Some(t) {
+                stamps.push(t.to_string());
+            }
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let s = bed.status_json();
+    assert_eq!(
+        s["fleet"]["this_node"]["state"], "unreachable",
+        "status: {}",
+        s["fleet"]
+    );
+    assert!(
+        stamps.len() >= 5,
+        "status.json updated {} times in 8 s with interval 1s: {stamps:?}",
+        stamps.len()
+    );
+    assert!(
+        bed.pleg_guard_events("action-started", &[]).is_empty(),
+        "an action started without a slot under on_unreachable = \"wait\""
+    );
+
+    let back = Instant::now();
+    etcd.start_members(&[0, 1]).expect("the members return");
+    bed.wait_event(
+        "action-succeeded",
+        &[("PLEG_GUARD_ACTION", "restart-kubelet")],
+        secs(60),
+    );
+    eprintln!(
+        "quorum lost: status.json updated {} times in 8 s; restart-kubelet succeeded {:?} after the members returned",
+        stamps.len(),
+        back.elapsed()
+    );
+    assert_eq!(bed.pleg_guard_events("fleet-granted", &[]).len(), 1);
+}
