@@ -339,3 +339,20 @@ fn container_helpers_make_the_states_they_say() {
         assert_eq!(docker_state(&n), None, "{n} not removed by Drop");
     }
 }
+
+#[test]
+fn scenario_config_merges_a_tests_changes_over_the_fast_rounds() {
+    let merged: toml::Table =
+        fast_config("mode = \"observe\"\n[probe]\ntimeout = \"2s\"\n[docker]\nenabled = false\n")
+            .parse()
+            .expect("the merged config parses");
+    assert_eq!(merged["mode"].as_str(), Some("observe"));
+    assert_eq!(merged["interval"].as_str(), Some("1s"));
+    assert_eq!(merged["probe"]["timeout"].as_str(), Some("2s"));
+    assert_eq!(merged["probe"]["unhealthy_after"].as_integer(), Some(2));
+    assert_eq!(merged["docker"]["enabled"].as_bool(), Some(false));
+    assert_eq!(
+        merged["actions"]["restart_kubelet"]["settle"].as_str(),
+        Some("5s")
+    );
+}

@@ -6,33 +6,20 @@ mod support;
 
 use support::*;
 
-/// Fast rounds for tests (`extra` holds top-level keys); `when = "always"` because the bed's systemd 252 is not affected by
-/// the bus bug (the bed's `resume_logind_on_reexec` stands in for a bug that reexec cures).
-fn config(extra: &str) -> String {
-    format!(
-        r#"{extra}
-interval = "1s"
-startup_grace = "0s"
-
-[probe]
-timeout = "1s"
-slow_after = "500ms"
-unhealthy_after = 2
-
-[kubelet]
-pleg_log_window = "8s"
-
+/// The fast rounds of [`FAST_ROUNDS`] with short settle times, and `when = "always"`
+/// because the bed's systemd 252 is not affected by the bus bug (the bed's
+/// `resume_logind_on_reexec` stands in for a bug that reexec cures); `top` holds top-level keys.
+fn config(top: &str) -> String {
+    fast_config(&format!(
+        r#"{top}
 [actions.purge_dead_containers]
 settle = "2s"
 
 [actions.daemon_reexec]
 when = "always"
 settle = "3s"
-
-[actions.restart_kubelet]
-settle = "5s"
 "#
-    )
+    ))
 }
 
 /// Entries of pleg-guard with this event (and action, when given).
@@ -44,9 +31,8 @@ fn events(bed: &Bed, event: &str, action: Option<&str>) -> usize {
     bed.pleg_guard_events(event, &fields).len()
 }
 
-fn start(bed: &Bed, extra: &str) {
-    bed.install_pleg_guard(&config(extra));
-    bed.start_pleg_guard();
+fn start(bed: &Bed, top: &str) {
+    bed.run_pleg_guard(&config(top));
 }
 
 #[test]
@@ -157,22 +143,7 @@ fn reexec_cures_a_stuck_logind_once() {
         &[("PLEG_GUARD_FINDING", "logind-unresponsive")],
         secs(20),
     );
-    let ok = bed.wait_event(
-        "action-succeeded",
-        &[("PLEG_GUARD_ACTION", "daemon-reexec")],
-        secs(40),
-    );
-    assert!(
-        field(&ok, "MESSAGE")
-            .unwrap_or("")
-            .contains("via private socket"),
-        "{ok:?}"
-    );
-    bed.wait_event(
-        "symptom-cleared",
-        &[("PLEG_GUARD_ACTION", "daemon-reexec")],
-        secs(20),
-    );
+    bed.wait_reexec_cured(secs(40), secs(20));
     bed.wait_event(
         "target-recovered",
         &[("PLEG_GUARD_TARGET", "logind")],
@@ -257,16 +228,7 @@ fn wedged_kubelet_is_restarted_once() {
         &[("PLEG_GUARD_FINDING", "kubelet-pleg-unhealthy")],
         secs(20),
     );
-    bed.wait_event(
-        "action-succeeded",
-        &[("PLEG_GUARD_ACTION", "restart-kubelet")],
-        secs(30),
-    );
-    bed.wait_event(
-        "symptom-cleared",
-        &[("PLEG_GUARD_ACTION", "restart-kubelet")],
-        secs(20),
-    );
+    bed.wait_cured("restart-kubelet", secs(30), secs(20));
     assert_ne!(
         bed.main_pid("kubelet.service"),
         before,
@@ -419,21 +381,12 @@ fn container_run_kubelet_is_read_and_restarted_through_docker() {
         format!("[kubelet]\ncontainer = \"{name}\"\n"),
     );
     bed.start_pleg_guard();
-    let ok = bed.wait_event(
-        "action-succeeded",
-        &[("PLEG_GUARD_ACTION", "restart-kubelet")],
-        secs(30),
-    );
+    let ok = bed.wait_cured("restart-kubelet", secs(30), secs(30));
     assert!(
         field(&ok, "MESSAGE")
             .unwrap_or("")
             .contains(&format!("restarted container {name}")),
         "{ok:?}"
-    );
-    bed.wait_event(
-        "symptom-cleared",
-        &[("PLEG_GUARD_ACTION", "restart-kubelet")],
-        secs(30),
     );
     let restarted = docker_ok(&["inspect", "-f", "{{.State.StartedAt}}", &kubelet.name]);
     assert_ne!(started, restarted, "the kubelet container was restarted");

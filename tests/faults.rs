@@ -15,29 +15,6 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use support::*;
 
-/// Fast rounds for tests; `top` holds top-level keys, `tables` further tables.
-fn config(top: &str, tables: &str) -> String {
-    format!(
-        r#"{top}
-interval = "1s"
-startup_grace = "0s"
-
-[probe]
-timeout = "1s"
-slow_after = "500ms"
-unhealthy_after = 2
-
-[kubelet]
-pleg_log_window = "8s"
-
-[actions.restart_kubelet]
-settle = "5s"
-
-{tables}
-"#
-    )
-}
-
 /// Entries of pleg-guard with this event (and action, when given).
 fn events(bed: &Bed, event: &str, action: Option<&str>) -> Vec<String> {
     let fields: Vec<(&str, &str)> = action
@@ -88,8 +65,7 @@ fn assert_same_daemon(bed: &Bed, pid: u32) {
 fn status_run_by_a_non_root_operator_reports_the_daemon() {
     let Some(env) = require_bed() else { return };
     let bed = Bed::boot(&env, BedOptions::with_pleg_guard());
-    bed.install_pleg_guard(&config("", "[docker]\nenabled = false\n"));
-    bed.start_pleg_guard();
+    bed.run_pleg_guard(&fast_config("[docker]\nenabled = false\n"));
     wait_until("pleg-guard reports healthy", secs(20), || healthy(&bed));
     for cmd in [
         "setpriv --reuid=nobody --regid=nogroup --clear-groups pleg-guard status",
@@ -170,8 +146,9 @@ fn dockerd_killed_and_restarted() {
             ..BedOptions::with_pleg_guard()
         },
     );
-    bed.install_pleg_guard(&config("", "[docker]\nsocket = \"/hostrun/docker.sock\"\n"));
-    bed.start_pleg_guard();
+    bed.run_pleg_guard(&fast_config(
+        "[docker]\nsocket = \"/hostrun/docker.sock\"\n",
+    ));
     wait_until("docker ok", secs(20), || {
         target_state(&bed, "docker") == "ok"
     });
@@ -209,8 +186,9 @@ fn dockerd_killed_and_restarted() {
 fn journald_restarted_rotated_and_vacuumed_while_following_kubelet() {
     let Some(env) = require_bed() else { return };
     let bed = Bed::boot(&env, BedOptions::with_pleg_guard());
-    bed.install_pleg_guard(&config("mode = \"observe\"", "[docker]\nenabled = false\n"));
-    bed.start_pleg_guard();
+    bed.run_pleg_guard(&fast_config(
+        "mode = \"observe\"\n[docker]\nenabled = false\n",
+    ));
     wait_until("pleg-guard reports healthy", secs(20), || healthy(&bed));
     let daemon = bed.main_pid("pleg-guard.service");
 
@@ -261,8 +239,7 @@ fn state_directory_read_only_then_full_then_back() {
     let bed = Bed::boot(&env, BedOptions::with_pleg_guard());
     // A tiny tmpfs over the state directory, mounted before the service starts.
     bed.sh_ok("mkdir -p /var/lib/pleg-guard && mount -t tmpfs -o size=64k,mode=0755 pgt-state /var/lib/pleg-guard");
-    bed.install_pleg_guard(&config("", "[docker]\nenabled = false\n"));
-    bed.start_pleg_guard();
+    bed.run_pleg_guard(&fast_config("[docker]\nenabled = false\n"));
     wait_until("pleg-guard reports healthy", secs(20), || healthy(&bed));
     let daemon = bed.main_pid("pleg-guard.service");
     let kubelet = bed.main_pid("kubelet.service");
@@ -329,8 +306,7 @@ fn dbus_daemon_gone_for_twenty_seconds_and_back() {
     let Some(env) = require_bed() else { return };
     let bed = Bed::boot(&env, BedOptions::with_pleg_guard());
     // Default `when = "affected"`: the bed's systemd 252 is not, so no reexec may follow.
-    bed.install_pleg_guard(&config("", "[docker]\nenabled = false\n"));
-    bed.start_pleg_guard();
+    bed.run_pleg_guard(&fast_config("[docker]\nenabled = false\n"));
     wait_until("pleg-guard reports healthy", secs(20), || healthy(&bed));
     let daemon = bed.main_pid("pleg-guard.service");
 

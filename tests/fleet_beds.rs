@@ -84,22 +84,8 @@ fn config(etcd: &EtcdCluster, node: &str) -> String {
         .iter()
         .map(|e| format!("\"{e}\""))
         .collect();
-    format!(
-        r#"interval = "1s"
-startup_grace = "0s"
-
-[probe]
-timeout = "1s"
-slow_after = "500ms"
-unhealthy_after = 2
-
-[kubelet]
-pleg_log_window = "8s"
-
-[actions.restart_kubelet]
-settle = "5s"
-
-[fleet]
+    fast_config(&format!(
+        r#"[fleet]
 etcd_endpoints = [{}]
 group = "beds"
 node = "{node}"
@@ -110,7 +96,7 @@ cert_file = "/etc/pleg-guard/etcd/client.pem"
 key_file = "/etc/pleg-guard/etcd/client-key.pem"
 "#,
         endpoints.join(", ")
-    )
+    ))
 }
 
 /// The cluster's CA and client certificate, where the config below names them.

@@ -22,22 +22,11 @@ const EVENTS: [&str; 3] = [
     "PlegGuardRepairSuppressed",
 ];
 
-/// Repair mode, fast rounds; `when = "always"` so the bed's systemd 252 is reexecuted for a
-/// stuck logind (see tests/daemon_scenarios.rs).
-const CONFIG: &str = r#"
-interval = "1s"
-startup_grace = "0s"
-
-[probe]
-timeout = "1s"
-slow_after = "500ms"
-unhealthy_after = 2
-
+/// Repair mode, the scenario's fast rounds ([`FAST_ROUNDS`]) without docker; `when = "always"`
+/// so the bed's systemd 252 is reexecuted for a stuck logind (see tests/daemon_scenarios.rs).
+const CHANGES: &str = r#"
 [docker]
 enabled = false
-
-[kubelet]
-pleg_log_window = "8s"
 
 [actions.daemon_reexec]
 when = "always"
@@ -45,7 +34,6 @@ settle = "3s"
 min_interval = "1s"
 
 [actions.restart_kubelet]
-settle = "5s"
 min_interval = "1s"
 "#;
 
@@ -82,8 +70,7 @@ fn wait_exit(bed: &Bed, name: &str, want: i32, timeout: Duration) -> String {
 fn npd_check_against_a_real_daemon_and_its_faults() {
     let Some(env) = require_bed() else { return };
     let bed = Bed::boot(&env, BedOptions::with_pleg_guard());
-    bed.install_pleg_guard(CONFIG);
-    bed.start_pleg_guard();
+    bed.run_pleg_guard(&fast_config(CHANGES));
 
     // ---- a healthy node: every condition false, no Event --------------------------------
     for c in CONDITIONS {
@@ -265,12 +252,9 @@ fn npd_check_reports_an_unresponsive_container_runtime() {
         "systemd-run --quiet --unit=hung-runtime \
          --socket-property=ListenStream=/run/hung-runtime.sock sleep infinity",
     );
-    bed.install_pleg_guard(
-        "mode = \"observe\"\ninterval = \"1s\"\nstartup_grace = \"0s\"\n\
-         [probe]\ntimeout = \"1s\"\nunhealthy_after = 2\n\
-         [docker]\nsocket = \"/run/hung-runtime.sock\"\n",
-    );
-    bed.start_pleg_guard();
+    bed.run_pleg_guard(&fast_config(
+        "mode = \"observe\"\n[docker]\nsocket = \"/run/hung-runtime.sock\"\n",
+    ));
     let msg = wait_exit(&bed, "ContainerRuntimeUnresponsive", 1, secs(30));
     assert!(msg.starts_with("docker-unresponsive since "), "{msg}");
     for c in ["SystemdBusWedged", "LogindUnresponsive", "PLEGUnhealthy"] {

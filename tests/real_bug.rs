@@ -415,22 +415,7 @@ fn daemon_reexecs_the_real_wedge_once_and_units_start_again() {
         secs(40),
     );
     let t_found = t0.elapsed();
-    let ok = bed.wait_event(
-        "action-succeeded",
-        &[("PLEG_GUARD_ACTION", "daemon-reexec")],
-        secs(30),
-    );
-    assert!(
-        field(&ok, "MESSAGE")
-            .unwrap_or("")
-            .contains("via private socket"),
-        "{ok:?}"
-    );
-    bed.wait_event(
-        "symptom-cleared",
-        &[("PLEG_GUARD_ACTION", "daemon-reexec")],
-        secs(30),
-    );
+    bed.wait_reexec_cured(secs(30), secs(30));
     let t_cleared = t0.elapsed();
     eprintln!(
         "MEASURE daemon: wedge found at {t_found:?}, symptom cleared at {t_cleared:?}; finding: {}",

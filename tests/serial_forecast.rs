@@ -136,16 +136,7 @@ fn planned_reexec_comes_before_the_overflow_and_pid1_never_stops_answering() {
         message.contains("runs out within preempt_before"),
         "{message}"
     );
-    bed.wait_event(
-        "action-succeeded",
-        &[("PLEG_GUARD_ACTION", "daemon-reexec")],
-        secs(30),
-    );
-    bed.wait_event(
-        "symptom-cleared",
-        &[("PLEG_GUARD_ACTION", "daemon-reexec")],
-        secs(30),
-    );
+    bed.wait_cured("daemon-reexec", secs(30), secs(30));
     let after = bed.pid1_reply_serial();
     assert!(
         after < 10_000_000,

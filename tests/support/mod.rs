@@ -20,14 +20,13 @@
 //! }
 //! ```
 //!
-//! Only std and `serde_json` are used. Every external command runs with a timeout, so a hung
+//! Only std, `serde_json`, `toml` and `nix` (signals, flock) are used. Every external command runs with a timeout, so a hung
 //! bed fails a test instead of hanging it, and every guard (`Bed`, `DeadContainer`,
 //! `DockerdStopped`, ...) undoes its fault in `Drop`, also when the test panics.
 #![allow(dead_code)]
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
-use std::os::unix::io::AsRawFd;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
@@ -35,18 +34,23 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
 use serde_json::{Map, Value};
 
 mod affected_bed;
 mod bus_client;
 pub mod etcd;
 mod pid1_serial;
+mod scenario;
 #[allow(unused_imports)]
 pub use affected_bed::*;
 #[allow(unused_imports)]
 pub use bus_client::*;
 #[allow(unused_imports)]
 pub use pid1_serial::*;
+#[allow(unused_imports)]
+pub use scenario::*;
 
 /// The busybox image that prepare.sh imports into the host's docker.
 pub const IMAGE: &str = "pleg-guard-test/busybox:latest";
@@ -57,14 +61,11 @@ const BED_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:
 /// Default limit for one command (inside a bed or on the host).
 const CMD_TIMEOUT: Duration = Duration::from_secs(120);
 
-unsafe extern "C" {
-    fn kill(pid: i32, sig: i32) -> i32;
-    fn flock(fd: i32, op: i32) -> i32;
+/// `kill(pid, sig)` through nix's safe wrapper; Err when the process is gone.
+fn signal(pid: u32, sig: Signal) -> nix::Result<()> {
+    let pid = i32::try_from(pid).map_err(|_| nix::errno::Errno::ESRCH)?;
+    nix::sys::signal::kill(Pid::from_raw(pid), sig)
 }
-const SIGKILL: i32 = 9;
-const SIGCONT: i32 = 18;
-const SIGSTOP: i32 = 19;
-const LOCK_EX: i32 = 2;
 
 /// `Duration::from_secs`, short.
 pub fn secs(s: u64) -> Duration {
@@ -1109,9 +1110,7 @@ impl Drop for Bed {
             let _ = self.try_sh(&format!("kill -CONT {pid}"), secs(5));
         }
         // 2. kill the container's PID 1: the kernel then kills its whole pid namespace
-        unsafe {
-            kill(self.pid1 as i32, SIGKILL);
-        }
+        let _ = signal(self.pid1, Signal::SIGKILL);
         // 3. wait for nspawn to notice and clean up its mounts
         let mut guard = self.nspawn.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(mut child) = guard.take() {
@@ -1154,7 +1153,7 @@ static DOCKER_MUTEX: Mutex<()> = Mutex::new(());
 /// Serialises docker-touching tests: within this process (a Mutex) and across test binaries
 /// (`flock` on /run/pleg-guard-test-docker.lock). Hold it for the whole test.
 pub struct DockerLock {
-    _file: File, // dropped first: releases the flock
+    _file: nix::fcntl::Flock<File>, // dropped first: releases the flock
     _guard: MutexGuard<'static, ()>,
 }
 
@@ -1165,13 +1164,8 @@ pub fn docker_lock() -> DockerLock {
         .append(true)
         .open(DOCKER_LOCK_FILE)
         .unwrap_or_else(|e| panic!("open {DOCKER_LOCK_FILE}: {e}"));
-    let rc = unsafe { flock(file.as_raw_fd(), LOCK_EX) };
-    assert_eq!(
-        rc,
-        0,
-        "flock {DOCKER_LOCK_FILE}: {}",
-        std::io::Error::last_os_error()
-    );
+    let file = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
+        .unwrap_or_else(|(_, e)| panic!("flock {DOCKER_LOCK_FILE}: {e}"));
     DockerLock {
         _file: file,
         _guard: guard,
@@ -1328,11 +1322,9 @@ pub fn stop_dockerd() -> DockerdStopped {
     );
     let pid = pids[0];
     let guard = DockerdStopped { pid };
-    assert_eq!(
-        unsafe { kill(pid as i32, SIGSTOP) },
-        0,
-        "kill -STOP dockerd"
-    );
+    if let Err(e) = signal(pid, Signal::SIGSTOP) {
+        panic!("kill -STOP dockerd: {e}");
+    }
     let start = Instant::now();
     while host_proc_state(pid) != Some('T') {
         assert!(
@@ -1351,9 +1343,7 @@ impl DockerdStopped {
 
 impl Drop for DockerdStopped {
     fn drop(&mut self) {
-        unsafe {
-            kill(self.pid as i32, SIGCONT);
-        }
+        let _ = signal(self.pid, Signal::SIGCONT);
     }
 }
 
