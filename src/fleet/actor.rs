@@ -387,27 +387,20 @@ impl Actor {
                 })
                 .map_err(|e| FleetError::Protocol(e.to_string()))
             };
+            // no slot key yet, or one to rewrite (a new action or urgency): write it waiting,
+            // then read back its create revision (the queue's order) and look again
+            if admission == Admission::Missing || (self.rewrite && self.granted.is_none()) {
+                session
+                    .conn
+                    .put(&key, value(Phase::Waiting, None)?, lease)
+                    .await?;
+                self.rewrite = false;
+                if let Some(kv) = session.conn.get(&key).await? {
+                    copy.put(key.clone().into_bytes(), kv);
+                }
+                continue;
+            }
             match admission {
-                Admission::Missing => {
-                    session
-                        .conn
-                        .put(&key, value(Phase::Waiting, None)?, lease)
-                        .await?;
-                    self.rewrite = false;
-                    if let Some(kv) = session.conn.get(&key).await? {
-                        copy.put(key.clone().into_bytes(), kv);
-                    }
-                }
-                _ if self.rewrite && self.granted.is_none() => {
-                    session
-                        .conn
-                        .put(&key, value(Phase::Waiting, None)?, lease)
-                        .await?;
-                    self.rewrite = false;
-                    if let Some(kv) = session.conn.get(&key).await? {
-                        copy.put(key.clone().into_bytes(), kv);
-                    }
-                }
                 Admission::Take {
                     guard_mod_revision,
                     create_revision,
@@ -465,6 +458,7 @@ impl Actor {
                     self.queue = Some((position, holders, max));
                     return Ok(());
                 }
+                Admission::Missing => {} // written just above
                 Admission::Holding => {
                     if self.granted.is_none() {
                         let slot = copy

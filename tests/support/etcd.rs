@@ -42,7 +42,8 @@ const CMD_LIMIT: Duration = Duration::from_secs(30);
 
 static CLUSTERS: AtomicUsize = AtomicUsize::new(0);
 
-fn ci() -> bool {
+/// Whether this runs under CI=true (a missing cluster or bed is then a failure, never a skip).
+pub fn under_ci() -> bool {
     matches!(
         std::env::var("CI")
             .unwrap_or_default()
@@ -57,7 +58,7 @@ fn ci() -> bool {
 pub fn require_etcd(n: usize) -> Option<EtcdCluster> {
     match EtcdCluster::start(n) {
         Ok(c) => Some(c),
-        Err(reason) if ci() => panic!("an etcd cluster is required under CI=true: {reason}"),
+        Err(reason) if under_ci() => panic!("an etcd cluster is required under CI=true: {reason}"),
         Err(reason) => {
             eprintln!("SKIPPED: {reason}");
             None

@@ -41,6 +41,7 @@ use serde_json::{Map, Value};
 mod affected_bed;
 mod bus_client;
 pub mod etcd;
+pub use etcd::under_ci;
 mod pid1_serial;
 mod scenario;
 #[allow(unused_imports)]
@@ -74,16 +75,6 @@ pub fn secs(s: u64) -> Duration {
 
 fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-pub fn under_ci() -> bool {
-    matches!(
-        std::env::var("CI")
-            .unwrap_or_default()
-            .to_ascii_lowercase()
-            .as_str(),
-        "true" | "1" | "yes"
-    )
 }
 
 // ------------------------------------------------------------------------------------------------
