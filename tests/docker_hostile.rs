@@ -124,7 +124,11 @@ fn shipped_binary(dir: &Path) -> Option<PathBuf> {
         return None;
     };
     let root = dir.join("deb-root");
-    let out = Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&root).output();
+    let out = Command::new("dpkg-deb")
+        .arg("-x")
+        .arg(&deb)
+        .arg(&root)
+        .output();
     assert!(
         out.as_ref().is_ok_and(|o| o.status.success()),
         "dpkg-deb -x {}: {out:?}",
@@ -232,7 +236,11 @@ fn a_gigabyte_listing_is_refused_in_bounded_memory() {
         "MEASURED: {} against an honest engine: {:?}, VmHWM {} KiB; against a 1 GiB listing: \
          exit {}, {:?}, VmHWM {} KiB (+{growth_kib} KiB), the engine got {:.1} MiB out before \
          the hang-up",
-        if shipped.is_some() { "the shipped binary" } else { "the test build" },
+        if shipped.is_some() {
+            "the shipped binary"
+        } else {
+            "the test build"
+        },
         honest.took,
         honest.hwm_kib,
         hostile.status,
