@@ -95,16 +95,33 @@ impl Entry {
     }
 
     /// When it started, by the wall clock as it reads now: its own stamp while the wall clock
-    /// agrees with [`age`](Self::age) within [`CLOCKS_AGREE`] (so a time shown from it stays
-    /// the same round after round, and a suppression is logged once), else `now.wall` minus
-    /// its age (the wall clock jumped since it started).
+    /// agrees with [`age`](Self::age) within [`CLOCKS_AGREE`], else its stamp moved by the
+    /// jump (the wall clock's age minus the real one, in whole seconds). Either way a time shown
+    /// from it stays the same round after round, so a suppression is logged once, not again
+    /// whenever the few microseconds between reading the two clocks cross a second.
     pub fn wall_start(&self, now: &Now) -> SystemTime {
         let age = self.age(now);
-        match now.wall.duration_since(self.at) {
-            Ok(on_wall) if on_wall.abs_diff(age) <= CLOCKS_AGREE => self.at,
-            _ => now.wall.checked_sub(age).unwrap_or(self.at),
+        let moved = match now.wall.duration_since(self.at) {
+            Ok(on_wall) if on_wall.abs_diff(age) <= CLOCKS_AGREE => return self.at,
+            Ok(on_wall) if on_wall > age => Ok(on_wall - age),
+            Ok(on_wall) => Err(age - on_wall),
+            // The wall clock reads before the stamp: it went back by that and the age.
+            Err(e) => Err(e.duration().saturating_add(age)),
+        };
+        match moved {
+            Ok(ahead) => self.at.checked_add(whole_seconds(ahead)),
+            Err(behind) => self.at.checked_sub(whole_seconds(behind)),
         }
+        .unwrap_or(now.wall)
     }
+}
+
+/// `d` rounded to the nearest second.
+fn whole_seconds(d: Duration) -> Duration {
+    Duration::from_secs(
+        d.as_secs()
+            .saturating_add(u64::from(d.subsec_millis() >= 500)),
+    )
 }
 
 /// What is left of an action's budget.
@@ -914,6 +931,15 @@ mod tests {
             Err(t(0) + DAY * 2),
             "the jumped wall clock will read this when a real day has passed"
         );
+        // The same a round later, read with 300 ms between the two clocks: the same time.
+        let jitter = Now {
+            wall: t(0) + DAY + Duration::from_millis(11_300),
+            boot: Some(BootClock {
+                boot_id: BOOT.to_owned(),
+                since_boot: Duration::from_secs(111),
+            }),
+        };
+        assert_eq!(l.check(A, &cfg(60, 1), &jitter), Err(t(0) + DAY * 2));
         // min_interval = 1 h, budget left: held for the real 3590 s still to go.
         assert_eq!(
             l.check(A, &cfg(3600, 3), &jumped),
