@@ -9,6 +9,7 @@
 use std::time::SystemTime;
 
 use crate::action::ActionKind;
+use crate::boot_clock::Now;
 use crate::config::{ActionsConfig, Mode, ReexecWhen};
 use crate::diagnosis::FindingId;
 use crate::ledger::Ledger;
@@ -16,8 +17,8 @@ use crate::ledger::Ledger;
 /// Everything the ladder looks at.
 #[derive(Debug, Clone)]
 pub struct Context<'a> {
-    /// Now.
-    pub now: SystemTime,
+    /// Now (the wall clock, and this boot's clock the ledger's limits count on).
+    pub now: Now,
     /// `repair` or `observe` (or `--dry-run`).
     pub mode: Mode,
     /// Still within `startup_grace` of the daemon's start.
@@ -130,7 +131,7 @@ pub fn decide(ctx: &Context<'_>) -> Vec<Decision> {
             }
             _ => {}
         }
-        if let Err(next_allowed_at) = ctx.ledger.check(action, cfg, ctx.now) {
+        if let Err(next_allowed_at) = ctx.ledger.check(action, cfg, &ctx.now) {
             out.push(Decision::Suppressed {
                 action,
                 aimed_at,
@@ -195,7 +196,7 @@ mod tests {
 
         fn decide(&self, findings: &[FindingId]) -> Vec<Decision> {
             decide(&Context {
-                now: t(0),
+                now: Now::wall_only(t(0)),
                 mode: self.config.mode,
                 in_startup_grace: self.grace,
                 busy: self.busy,
@@ -306,7 +307,8 @@ mod tests {
             vec![act(ActionKind::DaemonReexec, &[SystemdSerialExhaustion])]
         );
         // the same budget as any reexec
-        c.ledger.record_start(ActionKind::DaemonReexec, t(0));
+        c.ledger
+            .record_start(ActionKind::DaemonReexec, &Now::wall_only(t(0)));
         assert!(matches!(
             &c.decide(&[SystemdSerialExhaustion])[..],
             [Decision::Suppressed {
@@ -356,7 +358,7 @@ mod tests {
         let mut c = Case::new();
         c.ledger.record_start(
             ActionKind::PurgeDeadContainers,
-            t(0) - Duration::from_secs(10),
+            &Now::wall_only(t(0) - Duration::from_secs(10)),
         );
         let d = c.decide(&[DeadContainers, KubeletPlegUnhealthy]);
         assert_eq!(d.len(), 2, "{d:?}");
@@ -375,7 +377,7 @@ mod tests {
         for h in [3, 2, 1] {
             c.ledger.record_start(
                 ActionKind::DaemonReexec,
-                t(0) - Duration::from_secs(h * 3600 + 1),
+                &Now::wall_only(t(0) - Duration::from_secs(h * 3600 + 1)),
             );
         }
         let d = c.decide(&[LogindUnresponsive]);

@@ -9,6 +9,7 @@
 
 pub mod action;
 pub mod assessment;
+pub mod boot_clock;
 pub mod bug_evidence;
 pub mod cli;
 pub mod client;

@@ -8,7 +8,7 @@
 //! [`CASES`] inputs (a few seconds in all, unoptimised).
 
 use std::path::Path;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use proptest::prelude::*;
 
@@ -108,7 +108,7 @@ fn version_like() -> BoxedStrategy<String> {
 
 /// Every operation on a ledger, for a ledger read from a file.
 fn use_ledger(mut l: Ledger) {
-    let now = SystemTime::now();
+    let now = &crate::boot_clock::Now::read();
     let actions = config::Config::default().actions;
     for a in ActionKind::ALL {
         let c = a.config(&actions);
@@ -122,6 +122,11 @@ fn use_ledger(mut l: Ledger) {
     l.prune(now, crate::ledger::DAY * 2);
     let id = l.record_start(ActionKind::DaemonReexec, now);
     l.record_end(id, crate::ledger::RunOutcome::Succeeded, "x");
+    // The same on the wall clock alone (entries of another boot, or no boot clock).
+    let wall = &crate::boot_clock::Now::wall_only(now.wall);
+    for a in ActionKind::ALL {
+        let _ = l.check(a, a.config(&actions), wall);
+    }
     let _ = serde_json::to_string(&l);
 }
 

@@ -37,6 +37,8 @@ done
 # etcd-client's build script compiles etcd's .proto files: protoc and protobuf's own includes
 command -v protoc >/dev/null || need+=(protobuf-compiler)
 [ -e /usr/include/google/protobuf/descriptor.proto ] || need+=(libprotobuf-dev)
+# tests/clock_jumps.rs preloads libfaketime into the bed's pleg-guard (copied in from the host)
+[ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ] || need+=(libfaketime)
 # packaging/zig-toolchain.sh puts zig (PyPI's ziglang) into a venv
 python3 -c 'import ensurepip' 2>/dev/null || need+=(python3-venv)
 if [ "${#need[@]}" -gt 0 ]; then
@@ -94,7 +96,7 @@ cargo test --locked --lib --bins
 # Two groups of integration test binaries side by side, each binary two tests at a time:
 # about four beds at once on two cores. Balanced by their measured run times.
 group_a=(daemon_scenarios serial_forecast faults metrics containerd layout npd_config fleet docker_hostile)
-group_b=(packaging real_bug bed_smoke systemd_citizen diagnose old_distros npd fleet_beds)
+group_b=(packaging real_bug bed_smoke systemd_citizen diagnose old_distros npd fleet_beds clock_jumps)
 known=" ${group_a[*]} ${group_b[*]} "
 for f in tests/*.rs; do
     t=$(basename "$f" .rs)

@@ -315,7 +315,7 @@ impl Daemon {
         let findings: Vec<FindingId> = self.diagnosis.findings().iter().map(|f| f.id).collect();
         let in_grace = self.started.elapsed() < self.config.startup_grace;
         let decisions = ladder::decide(&ladder::Context {
-            now: SystemTime::now(),
+            now: crate::boot_clock::Now::read(),
             mode: self.mode(),
             in_startup_grace: in_grace,
             busy: self.runner.busy(),
@@ -467,13 +467,13 @@ impl Daemon {
     }
 
     fn snapshot(&self, assessment: &Assessment<'_>) -> Snapshot {
-        let now = SystemTime::now();
+        let now = crate::boot_clock::Now::read();
         assessment.snapshot(assessment::Context {
             pid: Some(std::process::id()),
             interval: self.config.interval,
-            at: Some(now),
+            at: Some(now.wall),
             actions: self.runner.recent(RECENT_ACTIONS),
-            budget: self.runner.budgets(&self.config.actions, now),
+            budget: self.runner.budgets(&self.config.actions, &now),
             fleet: self.fleet.as_ref().map(FleetGate::status),
         })
     }

@@ -10,13 +10,14 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::action::{ActionContext, ActionKind, ActionReport, Executor};
 use crate::assessment::Activity;
+use crate::boot_clock::Now;
 use crate::config::ActionsConfig;
 use crate::diagnosis::FindingId;
 use crate::ledger::{self, Ledger, LedgerFile, RunOutcome, Symptom};
@@ -149,7 +150,7 @@ impl ActionRunner {
         if self.busy() {
             return Err(StartError::Busy);
         }
-        let id = self.ledger.record_start(action, SystemTime::now());
+        let id = self.ledger.record_start(action, &Now::read());
         if let Err(e) = self.ledger_file.save(&self.ledger) {
             // The run did not happen: it must not hold the action back once the state
             // directory is writable again. The failure is logged once per cause and episode,
@@ -324,11 +325,7 @@ impl ActionRunner {
     }
 
     /// Each action's remaining budget, by name.
-    pub fn budgets(
-        &self,
-        actions: &ActionsConfig,
-        now: SystemTime,
-    ) -> BTreeMap<String, BudgetStatus> {
+    pub fn budgets(&self, actions: &ActionsConfig, now: &Now) -> BTreeMap<String, BudgetStatus> {
         ActionKind::ALL
             .iter()
             .map(|a| {
@@ -345,10 +342,8 @@ impl ActionRunner {
     }
 
     fn save(&mut self) {
-        self.ledger.prune(
-            SystemTime::now(),
-            ledger::DAY + Duration::from_secs(24 * 3600),
-        );
+        self.ledger
+            .prune(&Now::read(), ledger::DAY + Duration::from_secs(24 * 3600));
         if let Err(e) = self.ledger_file.save(&self.ledger) {
             tracing::error!("action ledger: {e}");
         }
@@ -358,7 +353,7 @@ impl ActionRunner {
 /// The ledger in `file`, logging a problem with it (a corrupt file is kept aside by
 /// [`LedgerFile::load`], which then holds every action back for one `min_interval`).
 fn load_logged(file: &LedgerFile) -> Ledger {
-    let loaded = file.load(SystemTime::now());
+    let loaded = file.load(&Now::read());
     if let Some(problem) = &loaded.problem {
         tracing::error!("action ledger: {problem}");
     }
@@ -390,7 +385,7 @@ mod tests {
     impl Executor for FakeExecutor {
         fn execute(&self, kind: ActionKind, _ctx: ActionContext) -> Running {
             let on_disk = LedgerFile::new(&self.ledger_dir)
-                .load(SystemTime::now())
+                .load(&Now::read())
                 .ledger
                 .entries()
                 .len();
@@ -456,7 +451,7 @@ mod tests {
         assert_eq!(recent.len(), 1);
         assert_eq!(recent[0].outcome, "succeeded");
         assert_eq!(recent[0].symptom.as_deref(), Some("cleared"));
-        let reread = LedgerFile::new(&d).load(SystemTime::now()).ledger;
+        let reread = LedgerFile::new(&d).load(&Now::read()).ledger;
         assert_eq!(reread.entries()[0].symptom, Some(Symptom::Cleared));
         let _ = std::fs::remove_dir_all(&d);
     }
@@ -476,7 +471,7 @@ mod tests {
         assert!(!f.succeeded);
         assert!(!r.busy(), "nothing to settle after a failure");
         assert_eq!(r.recent(10)[0].outcome, "failed");
-        let budgets = r.budgets(&Config::default().actions, SystemTime::now());
+        let budgets = r.budgets(&Config::default().actions, &Now::read());
         assert_eq!(budgets["purge-dead-containers"].budget.remaining, 23);
         let _ = std::fs::remove_dir_all(&d);
     }

@@ -36,7 +36,7 @@ async fn moving_the_state_directory_mid_action_loses_and_overwrites_nothing() {
     let (a, b) = (root.join("a"), root.join("b"));
     // b already holds a run of its own, with the id the running action gets in a.
     let mut theirs = Ledger::default();
-    let their_id = theirs.record_start(ActionKind::RestartKubelet, SystemTime::now());
+    let their_id = theirs.record_start(ActionKind::RestartKubelet, &crate::boot_clock::Now::read());
     theirs.record_end(their_id, RunOutcome::Failed, "b's own run");
     LedgerFile::new(&b).save(&theirs).unwrap();
 
@@ -53,7 +53,7 @@ async fn moving_the_state_directory_mid_action_loses_and_overwrites_nothing() {
     let report = r.next_report().await;
     r.finish(report, Duration::ZERO);
 
-    let in_b = LedgerFile::new(&b).load(SystemTime::now());
+    let in_b = LedgerFile::new(&b).load(&crate::boot_clock::Now::read());
     assert!(in_b.problem.is_none());
     let outcomes: Vec<(ActionKind, RunOutcome, &str)> = in_b
         .ledger
@@ -80,12 +80,18 @@ async fn moving_the_state_directory_mid_action_loses_and_overwrites_nothing() {
     let purge = &Config::default().actions.purge_dead_containers;
     assert!(
         in_b.ledger
-            .check(ActionKind::PurgeDeadContainers, purge, SystemTime::now())
+            .check(
+                ActionKind::PurgeDeadContainers,
+                purge,
+                &crate::boot_clock::Now::read()
+            )
             .is_err()
     );
     // The settle verdict lands on the same entry.
     r.check_settled(|_| false);
-    let in_b = LedgerFile::new(&b).load(SystemTime::now()).ledger;
+    let in_b = LedgerFile::new(&b)
+        .load(&crate::boot_clock::Now::read())
+        .ledger;
     let purge_entry = in_b
         .entries()
         .iter()
@@ -142,7 +148,9 @@ async fn no_action_without_a_ledger_record_and_recovery_when_writable() {
     )
     .unwrap();
     assert!(r.running());
-    let on_disk = LedgerFile::new(&state).load(SystemTime::now()).ledger;
+    let on_disk = LedgerFile::new(&state)
+        .load(&crate::boot_clock::Now::read())
+        .ledger;
     let started = on_disk
         .entries()
         .iter()

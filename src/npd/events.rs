@@ -224,7 +224,7 @@ mod tests {
     fn ledger(runs: &[(ActionKind, u64, RunOutcome, &str)]) -> Ledger {
         let mut l = Ledger::default();
         for (a, t, o, d) in runs {
-            let id = l.record_start(*a, at(*t));
+            let id = l.record_start(*a, &crate::boot_clock::Now::wall_only(at(*t)));
             if *o != RunOutcome::Started {
                 l.record_end(id, *o, d);
             }
