@@ -30,16 +30,9 @@ const OFFSET_FILE: &str = "/run/pleg-guard-test-faketime";
 
 const DAY: u64 = 86_400;
 
-/// One round a second, one kubelet restart a day, 2 s apart: after the first restart only
-/// `max_per_day` holds the action back.
-const CONFIG: &str = r#"interval = "1s"
-startup_grace = "0s"
-
-[probe]
-timeout = "1s"
-slow_after = "500ms"
-unhealthy_after = 2
-
+/// The scenario's fast rounds ([`FAST_ROUNDS`]) with one kubelet restart a day, 2 s apart:
+/// after the first restart only `max_per_day` holds the action back.
+const CHANGES: &str = r#"
 [actions.restart_kubelet]
 min_interval = "2s"
 max_per_day = 1
@@ -134,7 +127,7 @@ fn a_spent_budget_holds_across_wall_clock_jumps_both_ways() {
     bed.write_file(LIBFAKETIME_IN_BED, lib);
     bed.sh_ok(&format!("chmod 0644 {LIBFAKETIME_IN_BED}"));
     set_offset(&bed, "+0");
-    bed.install_pleg_guard(CONFIG);
+    bed.install_pleg_guard(&fast_config(CHANGES));
     bed.write_file(
         "/etc/systemd/system/pleg-guard.service.d/90-faketime.conf",
         format!(
