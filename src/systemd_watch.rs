@@ -1,15 +1,19 @@
 //! What the daemon knows of the running systemd across rounds: its build and the version
 //! policy's verdict, this boot's evidence ([`crate::bug_evidence`]: a wedge seen, a serial
 //! wrapped), and PID 1's bus serials over time ([`crate::forecast`]), which give the
-//! `systemd-serial-exhaustion` input of the diagnosis and say when a planned reexec is due.
+//! `systemd-serial-exhaustion` input of the diagnosis and say when a planned reexec is due
+//! (now, or at the next opening of `preempt_window`: [`crate::maintenance_window`]).
 
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
+
+use jiff::tz::TimeZone;
 
 use crate::bug_evidence::{self, ProofFile, WedgeProof};
 use crate::config::{Config, ReexecWhen};
 use crate::diagnosis::{Finding, FindingId};
 use crate::forecast::{self, Change, Outlook, Sample, SerialTracker, Thresholds, Windows};
+use crate::maintenance_window::{self, Plan, Wait};
 use crate::probe::Round;
 use crate::report::status_file::SystemdStatus;
 use crate::systemd_version::{self, Verdict};
@@ -22,6 +26,17 @@ pub struct SerialOutlook {
     pub exhaustion: Option<String>,
     /// A planned reexec is due now.
     pub preempt_due: bool,
+    /// A planned reexec would be due but waits for `preempt_window` (`preempt_due` is false).
+    pub preempt_waits: Option<Wait>,
+}
+
+/// The node's wall clock for `preempt_window`: now, and the local time zone.
+#[derive(Debug, Clone, Copy)]
+pub struct LocalTime<'a> {
+    /// Now.
+    pub now: SystemTime,
+    /// The node's time zone.
+    pub tz: &'a TimeZone,
 }
 
 /// systemd's build, verdict, evidence and serial forecast.
@@ -37,6 +52,8 @@ pub struct SystemdWatch {
     proof_file: ProofFile,
     boot_id: Option<String>,
     proof: Option<WedgeProof>,
+    /// What `preempt_window` made of the last due planned reexec.
+    window_plan: Option<Plan>,
 }
 
 impl SystemdWatch {
@@ -64,6 +81,7 @@ impl SystemdWatch {
             proof_file,
             boot_id,
             proof,
+            window_plan: None,
         }
     }
 
@@ -87,13 +105,15 @@ impl SystemdWatch {
     }
 
     /// Take in a round: the serial (at `at`, monotonic), the version, the verdict weighed
-    /// against the evidence; then the forecast's outlook under `config`.
+    /// against the evidence; then the forecast's outlook under `config` (and `preempt_window`
+    /// at `local`).
     pub fn observe(
         &mut self,
         round: &Round,
         at: Duration,
         package_version: Option<&str>,
         config: &Config,
+        local: LocalTime<'_>,
     ) -> SerialOutlook {
         self.track_bus_serial(round, at);
         let manager = round
@@ -110,7 +130,7 @@ impl SystemdWatch {
             self.verdict = Some(policy);
         }
         self.weigh_evidence();
-        self.outlook(config)
+        self.outlook(config, local)
     }
 
     /// A `systemd-bus-wedge` among `findings` is the bug's own signature: remember it for this
@@ -147,14 +167,23 @@ impl SystemdWatch {
         self.weigh_evidence();
     }
 
-    /// For a planned reexec (aimed at `systemd-serial-exhaustion`): why now, with the numbers.
+    /// For a planned reexec (aimed at `systemd-serial-exhaustion`): why now, with the numbers,
+    /// and what `preempt_window` said (open, or why it did not wait for it).
     pub fn planned_because(&self, aimed_at: &[FindingId], config: &Config) -> String {
         if !aimed_at.contains(&FindingId::SystemdSerialExhaustion) {
             return String::new();
         }
+        let window = match (
+            &self.window_plan,
+            config.actions.daemon_reexec_preempt.window,
+        ) {
+            (Some(Plan::NotWaiting(why)), _) => format!("; {why}"),
+            (Some(Plan::InWindow), Some(w)) => format!("; within preempt_window {w}"),
+            _ => String::new(),
+        };
         self.serials.forecast().map_or(String::new(), |f| {
             format!(
-                " (planned, before PID 1 runs out of bus serials: {})",
+                " (planned, before PID 1 runs out of bus serials: {}{window})",
                 forecast::explain(&f, &Thresholds::of(config))
             )
         })
@@ -196,21 +225,37 @@ impl SystemdWatch {
         self.weighed = Some(weighed.verdict);
     }
 
-    /// The serial forecast's outlook.
-    fn outlook(&self, config: &Config) -> SerialOutlook {
+    /// The serial forecast's outlook; a due planned reexec asks `preempt_window` whether it
+    /// goes now.
+    fn outlook(&mut self, config: &Config, local: LocalTime<'_>) -> SerialOutlook {
         let thresholds = Thresholds::of(config);
         let affected =
             self.status.affected || config.actions.daemon_reexec_when == ReexecWhen::Always;
-        let (outlook, detail) = match self.serials.forecast() {
+        let forecast = self.serials.forecast();
+        let (outlook, detail) = match &forecast {
             Some(f) => (
-                Outlook::of(&f, affected, &thresholds),
-                forecast::explain(&f, &thresholds),
+                Outlook::of(f, affected, &thresholds),
+                forecast::explain(f, &thresholds),
             ),
             None => (Outlook::Calm, String::new()),
         };
+        self.window_plan = forecast.filter(|_| outlook == Outlook::Preempt).map(|f| {
+            maintenance_window::plan(
+                config.actions.daemon_reexec_preempt.window.as_ref(),
+                local.now,
+                local.tz,
+                &f,
+                thresholds.preempt_headroom,
+            )
+        });
+        let preempt_waits = match &self.window_plan {
+            Some(Plan::Wait(wait)) => Some(wait.clone()),
+            _ => None,
+        };
         SerialOutlook {
             exhaustion: (outlook != Outlook::Calm).then_some(detail),
-            preempt_due: outlook == Outlook::Preempt,
+            preempt_due: outlook == Outlook::Preempt && preempt_waits.is_none(),
+            preempt_waits,
         }
     }
 }
@@ -251,6 +296,14 @@ mod tests {
         }
     }
 
+    /// Noon UTC on an ordinary day (2026-06-10).
+    fn noon(tz: &TimeZone) -> LocalTime<'_> {
+        LocalTime {
+            now: SystemTime::UNIX_EPOCH + Duration::from_secs(1_781_092_800),
+            tz,
+        }
+    }
+
     fn dir(tag: &str) -> std::path::PathBuf {
         let d = std::env::temp_dir().join(format!("pg-watch-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
@@ -259,6 +312,7 @@ mod tests {
 
     #[test]
     fn a_fixed_version_near_the_end_is_calm_unless_always() {
+        let utc = TimeZone::UTC;
         let d = dir("calm");
         let mut w = SystemdWatch::new(&d);
         let mut config = Config::default();
@@ -267,12 +321,14 @@ mod tests {
             Duration::ZERO,
             None,
             &config,
+            noon(&utc),
         );
         assert_eq!(
             o,
             SerialOutlook {
                 exhaustion: None,
-                preempt_due: false
+                preempt_due: false,
+                preempt_waits: None
             }
         );
         assert!(!w.status().affected);
@@ -282,6 +338,7 @@ mod tests {
             Duration::from_secs(1),
             None,
             &config,
+            noon(&utc),
         );
         assert!(o.preempt_due, "1000 left < headroom 2e7: {o:?}");
         assert!(o.exhaustion.is_some_and(|d| d.contains("preempt_headroom")));
@@ -290,6 +347,7 @@ mod tests {
 
     #[test]
     fn an_affected_version_warns_and_preempts_on_headroom() {
+        let utc = TimeZone::UTC;
         let d = dir("affected");
         let mut w = SystemdWatch::new(&d);
         let o = w.observe(
@@ -297,6 +355,7 @@ mod tests {
             Duration::ZERO,
             None,
             &Config::default(),
+            noon(&utc),
         );
         assert!(w.status().affected);
         assert!(o.preempt_due);
@@ -310,5 +369,140 @@ mod tests {
             ""
         );
         let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// A watch on an affected PID 1 whose serial grows at `rate` per second and has
+    /// `remaining` left, seen at `now` (UTC), under `config`.
+    fn growing(
+        tag: &str,
+        remaining: u32,
+        rate: u32,
+        now: SystemTime,
+        config: &Config,
+    ) -> (SystemdWatch, SerialOutlook) {
+        let utc = TimeZone::UTC;
+        let local = LocalTime { now, tz: &utc };
+        let mut w = SystemdWatch::new(&dir(tag));
+        let start = u32::MAX - remaining - 20 * rate;
+        w.observe(
+            &round(start, Some("219")),
+            Duration::ZERO,
+            None,
+            config,
+            local,
+        );
+        let o = w.observe(
+            &round(u32::MAX - remaining, Some("219")),
+            Duration::from_secs(20),
+            None,
+            config,
+            local,
+        );
+        let _ = std::fs::remove_dir_all(dir(tag));
+        (w, o)
+    }
+
+    #[test]
+    fn a_planned_reexec_waits_for_preempt_window_unless_it_runs_out_first() {
+        use crate::action::ActionKind;
+        use crate::ladder::{self, Decision};
+        use crate::ledger::Ledger;
+        let mut config = Config::default();
+        config.actions.daemon_reexec_preempt.window = Some("02:00-05:00".parse().unwrap());
+        config.actions.daemon_reexec_preempt.before = Duration::from_secs(36 * 3600);
+        // 19:48 UTC: the window opens in 6h12m
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_781_120_880);
+        let ledger = Ledger::default();
+        let decide = |o: &SerialOutlook, findings: &[FindingId]| {
+            ladder::decide(&ladder::Context {
+                now,
+                mode: config.mode,
+                in_startup_grace: false,
+                busy: false,
+                findings,
+                systemd_affected: true,
+                serial_preempt_due: o.preempt_due,
+                serial_preempt_waits: o.preempt_waits.as_ref().map(|w| w.words.as_str()),
+                actions: &config.actions,
+                ledger: &ledger,
+            })
+        };
+        use FindingId::{SystemdBusWedge, SystemdSerialExhaustion};
+
+        // planned (100e6 left at 1000/s: ~28 h, within preempt_before 36h), window closed,
+        // plenty of time: no act, the finding stays a warning, the wait is said
+        let (_, o) = growing("wait", 100_000_000, 1000, now, &config);
+        assert!(!o.preempt_due, "{o:?}");
+        assert!(o.exhaustion.is_some());
+        let wait = o.preempt_waits.clone().unwrap();
+        assert_eq!(
+            wait.words,
+            "planned, waits for preempt_window 02:00-05:00 (opens in 6h12m)"
+        );
+        assert_eq!(
+            wait.opens,
+            SystemTime::UNIX_EPOCH + Duration::from_secs(1_781_143_200)
+        );
+        assert_eq!(
+            decide(&o, &[SystemdSerialExhaustion]),
+            vec![Decision::Waits {
+                action: ActionKind::DaemonReexec,
+                aimed_at: vec![SystemdSerialExhaustion],
+                reason: wait.words.clone()
+            }]
+        );
+        // an emergency does not wait for it
+        assert_eq!(
+            decide(&o, &[SystemdBusWedge, SystemdSerialExhaustion]),
+            vec![Decision::Act {
+                action: ActionKind::DaemonReexec,
+                aimed_at: vec![SystemdBusWedge]
+            }]
+        );
+
+        // planned, window closed, but it runs out first (30e6 at 2500/s: ~3 h): act, and say
+        // why it did not wait
+        let (w, o) = growing("runs-out", 30_000_000, 2500, now, &config);
+        assert!(o.preempt_due && o.preempt_waits.is_none(), "{o:?}");
+        assert_eq!(
+            decide(&o, &[SystemdSerialExhaustion]),
+            vec![Decision::Act {
+                action: ActionKind::DaemonReexec,
+                aimed_at: vec![SystemdSerialExhaustion]
+            }]
+        );
+        let why = w.planned_because(&[SystemdSerialExhaustion], &config);
+        assert!(
+            why.ends_with(
+                "; runs out in ~3 h, before preempt_window 02:00-05:00 opens (in 6h12m): not waiting)"
+            ),
+            "{why}"
+        );
+
+        // below the headroom (15e6 left, ~1.7 h at 2500/s): nothing waits
+        let (w, o) = growing("headroom", 15_000_000, 2500, now, &config);
+        assert!(o.preempt_due, "{o:?}");
+        let why = w.planned_because(&[SystemdSerialExhaustion], &config);
+        assert!(
+            why.contains("already below preempt_headroom 2.00e7: not waiting until preempt_window 02:00-05:00 opens (in 6h12m)"),
+            "{why}"
+        );
+
+        // inside the window it is due, and the journal says so
+        let in_window = SystemTime::UNIX_EPOCH + Duration::from_secs(1_781_146_800); // 03:00
+        let (w, o) = growing("open", 100_000_000, 1000, in_window, &config);
+        assert!(o.preempt_due && o.preempt_waits.is_none(), "{o:?}");
+        let why = w.planned_because(&[SystemdSerialExhaustion], &config);
+        assert!(
+            why.ends_with("; within preempt_window 02:00-05:00)"),
+            "{why}"
+        );
+
+        // no window: as before, due at once
+        config.actions.daemon_reexec_preempt.window = None;
+        let (w, o) = growing("any", 100_000_000, 1000, now, &config);
+        assert!(o.preempt_due && o.preempt_waits.is_none(), "{o:?}");
+        let why = w.planned_because(&[SystemdSerialExhaustion], &config);
+        assert!(!why.contains("preempt_window"), "{why}");
     }
 }
