@@ -400,7 +400,7 @@ impl Daemon {
                     if opens.is_some() && opens != self.wait_logged {
                         self.wait_logged = opens;
                         tracing::info!(
-                            "{action} for {} is {reason}; it opens at {}{}",
+                            "{action} for {}: {reason}; the window opens at {}{}",
                             join(&aimed_at),
                             opens.map_or_else(String::new, crate::report::time_format::rfc3339),
                             self.systemd.planned_because(&aimed_at, &self.config)
