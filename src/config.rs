@@ -493,8 +493,10 @@ pub struct PreemptConfig {
     pub headroom: u64,
     /// `preempt_before`: reexec when the forecast says they run out sooner than this.
     pub before: Duration,
-    /// `preempt_window`: planned reexecs wait for this daily window of local time (None: any
-    /// time), unless the serials would run out first ([`crate::maintenance_window`]).
+    /// `preempt_window`: planned reexecs happen in this daily window of local time (None: any
+    /// time): brought forward into it when they would come due before its next opening, and
+    /// waiting for it when due outside unless the serials would run out first
+    /// ([`crate::maintenance_window`]).
     pub window: Option<Window>,
 }
 

@@ -33,11 +33,11 @@ pub struct Context<'a> {
     /// This systemd carries the bus bug: the version policy says so, or this boot proved it
     /// (see [`crate::bug_evidence`]).
     pub systemd_affected: bool,
-    /// The serial forecast asks for a planned reexec now (`systemd-serial-exhaustion` alone
-    /// is a warning until then).
+    /// The serial forecast asks for a planned reexec now: due, or brought forward into an open
+    /// `preempt_window` (`systemd-serial-exhaustion` alone is a warning until then).
     pub serial_preempt_due: bool,
     /// A planned reexec would be due but waits for `preempt_window`: the words for status
-    /// (`planned, waits for preempt_window 02:00-05:00 (opens in 6h12m)`).
+    /// (`planned, waits for preempt_window 02:00-05:00 (opens in 6h12m; runs out in ~16 h)`).
     pub serial_preempt_waits: Option<&'a str>,
     /// `[actions.*]`.
     pub actions: &'a ActionsConfig,
@@ -357,7 +357,8 @@ mod tests {
 
     #[test]
     fn a_planned_reexec_waits_for_its_window_an_emergency_does_not() {
-        const WAITS: &str = "planned, waits for preempt_window 02:00-05:00 (opens in 6h12m)";
+        const WAITS: &str =
+            "planned, waits for preempt_window 02:00-05:00 (opens in 6h12m; runs out in ~16 h)";
         let mut c = Case::new();
         c.preempt_waits = Some(WAITS);
         // planned, window closed, time enough: no act, the wait is said

@@ -24,7 +24,8 @@ use crate::target::Target;
 pub struct SerialOutlook {
     /// `Some(detail)` while `systemd-serial-exhaustion` stands.
     pub exhaustion: Option<String>,
-    /// A planned reexec is due now.
+    /// A planned reexec goes now: due (in `preempt_window`, or not waiting for it), or brought
+    /// forward into an open window because it would come due before the next opening.
     pub preempt_due: bool,
     /// A planned reexec would be due but waits for `preempt_window` (`preempt_due` is false).
     pub preempt_waits: Option<Wait>,
@@ -168,7 +169,8 @@ impl SystemdWatch {
     }
 
     /// For a planned reexec (aimed at `systemd-serial-exhaustion`): why now, with the numbers,
-    /// and what `preempt_window` said (open, or why it did not wait for it).
+    /// and what `preempt_window` said (open, why it was brought forward into this opening, or
+    /// why it did not wait for the next one).
     pub fn planned_because(&self, aimed_at: &[FindingId], config: &Config) -> String {
         if !aimed_at.contains(&FindingId::SystemdSerialExhaustion) {
             return String::new();
@@ -177,7 +179,7 @@ impl SystemdWatch {
             &self.window_plan,
             config.actions.daemon_reexec_preempt.window,
         ) {
-            (Some(Plan::NotWaiting(why)), _) => format!("; {why}"),
+            (Some(Plan::NotWaiting(why) | Plan::BroughtForward(why)), _) => format!("; {why}"),
             (Some(Plan::InWindow), Some(w)) => format!("; within preempt_window {w}"),
             _ => String::new(),
         };
@@ -225,8 +227,9 @@ impl SystemdWatch {
         self.weighed = Some(weighed.verdict);
     }
 
-    /// The serial forecast's outlook; a due planned reexec asks `preempt_window` whether it
-    /// goes now.
+    /// The serial forecast's outlook; while `systemd-serial-exhaustion` stands, `preempt_window`
+    /// says whether the planned reexec goes now (due, or brought forward into an open window),
+    /// waits for the opening, or is not due yet.
     fn outlook(&mut self, config: &Config, local: LocalTime<'_>) -> SerialOutlook {
         let thresholds = Thresholds::of(config);
         let affected =
@@ -239,13 +242,14 @@ impl SystemdWatch {
             ),
             None => (Outlook::Calm, String::new()),
         };
-        self.window_plan = forecast.filter(|_| outlook == Outlook::Preempt).map(|f| {
+        self.window_plan = forecast.filter(|_| outlook != Outlook::Calm).map(|f| {
             maintenance_window::plan(
                 config.actions.daemon_reexec_preempt.window.as_ref(),
                 local.now,
                 local.tz,
                 &f,
-                thresholds.preempt_headroom,
+                outlook,
+                &thresholds,
             )
         });
         let preempt_waits = match &self.window_plan {
@@ -254,7 +258,7 @@ impl SystemdWatch {
         };
         SerialOutlook {
             exhaustion: (outlook != Outlook::Calm).then_some(detail),
-            preempt_due: outlook == Outlook::Preempt && preempt_waits.is_none(),
+            preempt_due: self.window_plan.as_ref().is_some_and(Plan::acts_now),
             preempt_waits,
         }
     }
@@ -407,9 +411,10 @@ mod tests {
         use crate::action::ActionKind;
         use crate::ladder::{self, Decision};
         use crate::ledger::Ledger;
+        // the shipped thresholds (headroom 2e7, before 6h), a busy node's 330/s
         let mut config = Config::default();
         config.actions.daemon_reexec_preempt.window = Some("02:00-05:00".parse().unwrap());
-        config.actions.daemon_reexec_preempt.before = Duration::from_secs(36 * 3600);
+        const HOUR: u32 = 3600 * 330;
         // 19:48 UTC: the window opens in 6h12m
         let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_781_120_880);
         let ledger = Ledger::default();
@@ -428,16 +433,22 @@ mod tests {
             })
         };
         use FindingId::{SystemdBusWedge, SystemdSerialExhaustion};
+        let act = |aimed_at| {
+            vec![Decision::Act {
+                action: ActionKind::DaemonReexec,
+                aimed_at: vec![aimed_at],
+            }]
+        };
 
-        // planned (100e6 left at 1000/s: ~28 h, within preempt_before 36h), window closed,
-        // plenty of time: no act, the finding stays a warning, the wait is said
-        let (_, o) = growing("wait", 100_000_000, 1000, now, &config);
+        // due by the headroom (16 h left: 1.9e7), window closed, the serials last past its
+        // opening plus 1 h: no act, the finding stays a warning, the wait is said
+        let (_, o) = growing("wait", 16 * HOUR, 330, now, &config);
         assert!(!o.preempt_due, "{o:?}");
         assert!(o.exhaustion.is_some());
         let wait = o.preempt_waits.clone().unwrap();
         assert_eq!(
             wait.words,
-            "planned, waits for preempt_window 02:00-05:00 (opens in 6h12m)"
+            "planned, waits for preempt_window 02:00-05:00 (opens in 6h12m; runs out in ~16 h)"
         );
         assert_eq!(
             wait.opens,
@@ -454,43 +465,46 @@ mod tests {
         // an emergency does not wait for it
         assert_eq!(
             decide(&o, &[SystemdBusWedge, SystemdSerialExhaustion]),
-            vec![Decision::Act {
-                action: ActionKind::DaemonReexec,
-                aimed_at: vec![SystemdBusWedge]
-            }]
+            act(SystemdBusWedge)
         );
 
-        // planned, window closed, but it runs out first (30e6 at 2500/s: ~3 h): act, and say
-        // why it did not wait
+        // due, window closed, but it runs out before the opening plus the margin (30e6 at
+        // 2500/s: ~3 h): act, and say why it did not wait
         let (w, o) = growing("runs-out", 30_000_000, 2500, now, &config);
         assert!(o.preempt_due && o.preempt_waits.is_none(), "{o:?}");
         assert_eq!(
             decide(&o, &[SystemdSerialExhaustion]),
-            vec![Decision::Act {
-                action: ActionKind::DaemonReexec,
-                aimed_at: vec![SystemdSerialExhaustion]
-            }]
+            act(SystemdSerialExhaustion)
         );
         let why = w.planned_because(&[SystemdSerialExhaustion], &config);
         assert!(
             why.ends_with(
-                "; runs out in ~3 h, before preempt_window 02:00-05:00 opens (in 6h12m): not waiting)"
+                "; runs out in ~3 h, before preempt_window 02:00-05:00 opens (in 6h12m) plus 1h margin: not waiting)"
             ),
             "{why}"
         );
 
-        // below the headroom (15e6 left, ~1.7 h at 2500/s): nothing waits
-        let (w, o) = growing("headroom", 15_000_000, 2500, now, &config);
-        assert!(o.preempt_due, "{o:?}");
+        // below the headroom with no rate yet: nothing says the serials last, act now
+        let mut w = SystemdWatch::new(&dir("no-rate"));
+        let utc = TimeZone::UTC;
+        let o = w.observe(
+            &round(u32::MAX - 1_000_000, Some("219")),
+            Duration::ZERO,
+            None,
+            &config,
+            LocalTime { now, tz: &utc },
+        );
+        let _ = std::fs::remove_dir_all(dir("no-rate"));
+        assert!(o.preempt_due && o.preempt_waits.is_none(), "{o:?}");
         let why = w.planned_because(&[SystemdSerialExhaustion], &config);
         assert!(
-            why.contains("already below preempt_headroom 2.00e7: not waiting until preempt_window 02:00-05:00 opens (in 6h12m)"),
+            why.contains("; 1.00e6 serials left and no forecast rate to tell whether they last until preempt_window 02:00-05:00 opens (in 6h12m): not waiting"),
             "{why}"
         );
 
-        // inside the window it is due, and the journal says so
-        let in_window = SystemTime::UNIX_EPOCH + Duration::from_secs(1_781_146_800); // 03:00
-        let (w, o) = growing("open", 100_000_000, 1000, in_window, &config);
+        // inside the window (03:00), due: now, and the journal says so
+        let in_window = SystemTime::UNIX_EPOCH + Duration::from_secs(1_781_146_800);
+        let (w, o) = growing("open", 16 * HOUR, 330, in_window, &config);
         assert!(o.preempt_due && o.preempt_waits.is_none(), "{o:?}");
         let why = w.planned_because(&[SystemdSerialExhaustion], &config);
         assert!(
@@ -498,11 +512,40 @@ mod tests {
             "{why}"
         );
 
-        // no window: as before, due at once
+        // inside the window, not due (30 h left), but due before tomorrow's 02:00 (7 h left
+        // then, 8.3e6 serials): brought forward, the ladder acts on the warning
+        let (w, o) = growing("forward", 30 * HOUR, 330, in_window, &config);
+        assert!(o.preempt_due && o.preempt_waits.is_none(), "{o:?}");
+        assert!(o.exhaustion.is_some());
+        assert_eq!(
+            decide(&o, &[SystemdSerialExhaustion]),
+            act(SystemdSerialExhaustion)
+        );
+        let why = w.planned_because(&[SystemdSerialExhaustion], &config);
+        assert!(
+            why.ends_with(
+                "; would come due before preempt_window 02:00-05:00 opens again (in 23h; ~8.32e6 serials left by then, below preempt_headroom 2.00e7): reexec now, inside the window)"
+            ),
+            "{why}"
+        );
+        // 60 h left: still 37 h at tomorrow's opening; a warning, nothing to do tonight
+        let (_, o) = growing("later", 60 * HOUR, 330, in_window, &config);
+        assert!(!o.preempt_due && o.preempt_waits.is_none(), "{o:?}");
+        assert!(o.exhaustion.is_some());
+        assert_eq!(decide(&o, &[SystemdSerialExhaustion]), vec![]);
+        // preempt = false: never brought forward
+        config.actions.daemon_reexec_preempt.enabled = false;
+        let (_, o) = growing("off", 30 * HOUR, 330, in_window, &config);
+        assert!(!o.preempt_due && o.exhaustion.is_some(), "{o:?}");
+        config.actions.daemon_reexec_preempt.enabled = true;
+
+        // no window: as before, due at once, and not before it is due
         config.actions.daemon_reexec_preempt.window = None;
-        let (w, o) = growing("any", 100_000_000, 1000, now, &config);
+        let (w, o) = growing("any", 16 * HOUR, 330, now, &config);
         assert!(o.preempt_due && o.preempt_waits.is_none(), "{o:?}");
         let why = w.planned_because(&[SystemdSerialExhaustion], &config);
         assert!(!why.contains("preempt_window"), "{why}");
+        let (_, o) = growing("any-later", 30 * HOUR, 330, in_window, &config);
+        assert!(!o.preempt_due, "{o:?}");
     }
 }
