@@ -15,6 +15,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use toml::Spanned;
 
+use crate::maintenance_window::Window;
 use crate::systemd_version::{DEFAULT_FIXED_BUILDS, FixedBuild};
 
 /// The configuration file the daemon and `diagnose` read when no `--config` is given.
@@ -492,6 +493,11 @@ pub struct PreemptConfig {
     pub headroom: u64,
     /// `preempt_before`: reexec when the forecast says they run out sooner than this.
     pub before: Duration,
+    /// `preempt_window`: planned reexecs happen in this daily window of local time (None: any
+    /// time): brought forward into it when they would come due before its next opening, and
+    /// waiting for it when due outside unless the serials would run out first
+    /// ([`crate::maintenance_window`]).
+    pub window: Option<Window>,
 }
 
 /// A plain `http://host:port/path` URL (kubelet's healthz is never TLS).
@@ -606,6 +612,7 @@ impl Default for Config {
                     enabled: true,
                     headroom: DEFAULT_PREEMPT_HEADROOM,
                     before: DEFAULT_PREEMPT_BEFORE,
+                    window: None,
                 },
                 // 30 min apart, 4 a day, checked 90 s later (kubelet needs a while to relist).
                 restart_kubelet: action(1800, 4, 90, true),
@@ -913,6 +920,7 @@ struct ReexecFragment {
     preempt: Field<bool>,
     preempt_headroom: Field<i64>,
     preempt_before: Field<String>,
+    preempt_window: Field<String>,
     min_interval: Field<String>,
     max_per_day: Field<i64>,
     settle: Field<String>,
@@ -1200,6 +1208,19 @@ fn apply_file(config: &mut Config, path: &Path, text: &str) -> Result<(), Config
                 r.preempt_before,
                 true,
             )?;
+            if let Some(v) = r.preempt_window {
+                let text = v.get_ref();
+                preempt.window = if text.is_empty() {
+                    None
+                } else {
+                    Some(text.parse().map_err(|e| {
+                        a.error_at(
+                            v.span().start,
+                            format!("`actions.daemon_reexec.preempt_window`: {e}"),
+                        )
+                    })?)
+                };
+            }
             a.action(
                 &mut config.actions.daemon_reexec,
                 "daemon_reexec",
@@ -1580,6 +1601,38 @@ max_per_day = 4
         }
         let e = parse("[systemd]\nserial_warn_before = \"soon\"\n").unwrap_err();
         assert!(e.contains("`systemd.serial_warn_before`"), "{e}");
+    }
+
+    #[test]
+    fn preempt_window_is_read_and_checked() {
+        assert_eq!(Config::default().actions.daemon_reexec_preempt.window, None);
+        let c = parse("[actions.daemon_reexec]\npreempt_window = \"23:00-02:00\"\n").unwrap();
+        let w = c.actions.daemon_reexec_preempt.window.unwrap();
+        assert_eq!(w.to_string(), "23:00-02:00");
+        // "" is any time, also over an earlier file's window
+        let c = parse("[actions.daemon_reexec]\npreempt_window = \"\"\n").unwrap();
+        assert_eq!(c.actions.daemon_reexec_preempt.window, None);
+        for (bad, needle) in [
+            ("00:00-00:00", "starts where it ends"),
+            ("02:00-24:00", "24:00 is not a time of day"),
+            ("2:00-5:00", "is not a window: write \"HH:MM-HH:MM\""),
+            ("02:00", "is not a window"),
+            ("night", "is not a window"),
+        ] {
+            let e = parse(&format!(
+                "[actions.daemon_reexec]\npreempt_window = \"{bad}\"\n"
+            ))
+            .unwrap_err();
+            assert!(
+                e.starts_with(
+                    "/etc/pleg-guard/config.toml:2:18: `actions.daemon_reexec.preempt_window`: "
+                ),
+                "{e}"
+            );
+            assert!(e.contains(needle), "{e}");
+        }
+        let e = parse("[actions.daemon_reexec]\npreempt_window = 2\n").unwrap_err();
+        assert!(e.contains("invalid type"), "{e}");
     }
 
     #[test]

@@ -277,6 +277,18 @@ impl Thresholds {
     }
 }
 
+/// The most a planned reexec keeps in hand before the forecast's end of serials: it waits (for
+/// a fleet slot, for `preempt_window`) only while the serials are forecast to last longer than
+/// this (1 h: the forecast rates move within the hour; a reexec takes seconds).
+pub const PLANNED_MARGIN: Duration = Duration::from_secs(3600);
+
+/// How close to the forecast's end of serials a planned reexec may wait (for a fleet slot, for
+/// `preempt_window`): [`PLANNED_MARGIN`], or half of `preempt_before` when that is shorter (an
+/// operator who plans reexecs 30 min ahead still leaves them room to wait).
+pub fn deadline_margin(preempt_before: Duration) -> Duration {
+    PLANNED_MARGIN.min(preempt_before / 2)
+}
+
 /// Why the outlook is what it is, with the numbers, for the finding and the journal:
 /// `serial 4.29e9 (100%), +330/s, runs out in ~50 min; 1.2e6 serials left, below
 /// preempt_headroom 2e7`.
@@ -632,6 +644,13 @@ mod tests {
         assert!(t.preempt);
         assert_eq!(t.preempt_headroom, 20_000_000);
         assert_eq!(t.preempt_before, Duration::from_secs(6 * 3600));
+    }
+
+    #[test]
+    fn the_margin_is_an_hour_or_half_of_preempt_before() {
+        assert_eq!(deadline_margin(secs(6 * 3600)), PLANNED_MARGIN);
+        assert_eq!(deadline_margin(secs(30 * 60)), secs(15 * 60));
+        assert_eq!(deadline_margin(Duration::ZERO), Duration::ZERO);
     }
 
     #[test]

@@ -5,6 +5,10 @@
 //! unhealthy once the runtime answers). At most one action runs at a time, and none while an
 //! earlier one is settling: the next tier is reached only after the lower one had its chance
 //! and the symptom persisted (or its budget is spent, or it is disabled).
+//!
+//! A *planned* reexec (for `systemd-serial-exhaustion` alone) may wait for
+//! `preempt_window` ([`crate::maintenance_window`]: the serial forecast decides, this only
+//! says so); a reexec for an emergency (`systemd-bus-wedge`, `logind-unresponsive`) never waits.
 
 use std::time::SystemTime;
 
@@ -30,9 +34,12 @@ pub struct Context<'a> {
     /// This systemd carries the bus bug: the version policy says so, or this boot proved it
     /// (see [`crate::bug_evidence`]).
     pub systemd_affected: bool,
-    /// The serial forecast asks for a planned reexec now (`systemd-serial-exhaustion` alone
-    /// is a warning until then).
+    /// The serial forecast asks for a planned reexec now: due, or brought forward into an open
+    /// `preempt_window` (`systemd-serial-exhaustion` alone is a warning until then).
     pub serial_preempt_due: bool,
+    /// A planned reexec would be due but waits for `preempt_window`: the words for status
+    /// (`planned, waits for preempt_window 02:00-05:00 (opens in 6h12m; runs out in ~16 h)`).
+    pub serial_preempt_waits: Option<&'a str>,
     /// `[actions.*]`.
     pub actions: &'a ActionsConfig,
     /// The ledger.
@@ -57,6 +64,15 @@ pub enum Decision {
         aimed_at: Vec<FindingId>,
         /// When the next run is allowed.
         next_allowed_at: SystemTime,
+    },
+    /// Not yet: a planned action waits for its window (nothing is logged as an outcome).
+    Waits {
+        /// Which.
+        action: ActionKind,
+        /// The findings it will aim at.
+        aimed_at: Vec<FindingId>,
+        /// What it waits for.
+        reason: String,
     },
     /// Not run: observe mode, disabled, or not applicable; the reason says which.
     Skipped {
@@ -96,6 +112,17 @@ pub fn decide(ctx: &Context<'_>) -> Vec<Decision> {
             .filter(|id| *id != FindingId::SystemdSerialExhaustion || ctx.serial_preempt_due)
             .collect();
         if aimed_at.is_empty() {
+            if let Some(reason) = ctx.serial_preempt_waits.filter(|_| {
+                action == ActionKind::DaemonReexec
+                    && has(FindingId::SystemdSerialExhaustion)
+                    && action.config(ctx.actions).enabled
+            }) {
+                out.push(Decision::Waits {
+                    action,
+                    aimed_at: vec![FindingId::SystemdSerialExhaustion],
+                    reason: reason.to_owned(),
+                });
+            }
             continue;
         }
         let skip = |reason: String| Decision::Skipped {
@@ -178,6 +205,7 @@ mod tests {
         ledger: Ledger,
         affected: bool,
         preempt_due: bool,
+        preempt_waits: Option<&'static str>,
         busy: bool,
         grace: bool,
     }
@@ -189,6 +217,7 @@ mod tests {
                 ledger: Ledger::default(),
                 affected: true,
                 preempt_due: false,
+                preempt_waits: None,
                 busy: false,
                 grace: false,
             }
@@ -203,6 +232,7 @@ mod tests {
                 findings,
                 systemd_affected: self.affected,
                 serial_preempt_due: self.preempt_due,
+                serial_preempt_waits: self.preempt_waits,
                 actions: &self.config.actions,
                 ledger: &self.ledger,
             })
@@ -324,6 +354,50 @@ mod tests {
         assert!(
             matches!(&d[..], [Decision::Skipped { action: ActionKind::DaemonReexec, reason, .. }] if reason.contains("observe")),
             "{d:?}"
+        );
+    }
+
+    #[test]
+    fn a_planned_reexec_waits_for_its_window_an_emergency_does_not() {
+        const WAITS: &str =
+            "planned, waits for preempt_window 02:00-05:00 (opens in 6h12m; runs out in ~16 h)";
+        let mut c = Case::new();
+        c.preempt_waits = Some(WAITS);
+        // planned, window closed, time enough: no act, the wait is said
+        let d = c.decide(&[SystemdSerialExhaustion]);
+        assert_eq!(
+            d,
+            vec![Decision::Waits {
+                action: ActionKind::DaemonReexec,
+                aimed_at: vec![SystemdSerialExhaustion],
+                reason: WAITS.into()
+            }]
+        );
+        // the next tier still has its turn
+        let d = c.decide(&[SystemdSerialExhaustion, KubeletPlegUnhealthy]);
+        assert!(matches!(&d[0], Decision::Waits { .. }), "{d:?}");
+        assert_eq!(
+            d[1],
+            act(ActionKind::RestartKubelet, &[KubeletPlegUnhealthy])
+        );
+        // an emergency never waits: the bus wedge or a hung logind act now
+        assert_eq!(
+            c.decide(&[SystemdBusWedge, SystemdSerialExhaustion]),
+            vec![act(ActionKind::DaemonReexec, &[SystemdBusWedge])]
+        );
+        assert_eq!(
+            c.decide(&[LogindUnresponsive]),
+            vec![act(ActionKind::DaemonReexec, &[LogindUnresponsive])]
+        );
+        // a disabled reexec does not claim to wait
+        c.config.actions.daemon_reexec.enabled = false;
+        assert!(c.decide(&[SystemdSerialExhaustion]).is_empty());
+        // not waiting (the forecast said it runs out first): due, and it acts
+        let mut c = Case::new();
+        c.preempt_due = true;
+        assert_eq!(
+            c.decide(&[SystemdSerialExhaustion]),
+            vec![act(ActionKind::DaemonReexec, &[SystemdSerialExhaustion])]
         );
     }
 

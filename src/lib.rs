@@ -22,6 +22,7 @@ pub mod fleet;
 pub mod forecast;
 pub mod ladder;
 pub mod ledger;
+pub mod maintenance_window;
 pub mod metrics;
 pub mod npd;
 pub mod probe;

@@ -3,12 +3,13 @@
 //! on panic) and never memory out of proportion to the input.
 //!
 //! Covered here: the systemd version parsers, the config loader, journal lines, docker's
-//! JSON, the ledger file and status.json. The D-Bus p2p reader's own properties are in
+//! JSON, the ledger file, status.json and `preempt_window` (with its arithmetic in odd time
+//! zones). The D-Bus p2p reader's own properties are in
 //! `client::p2p`'s tests, the log line assembler's in `client::log_lines`'s. Each property runs
 //! [`CASES`] inputs (a few seconds in all, unoptimised).
 
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use proptest::prelude::*;
 
@@ -16,6 +17,7 @@ use crate::action::ActionKind;
 use crate::client::journal::follow as journal_follow;
 use crate::config;
 use crate::ledger::Ledger;
+use crate::maintenance_window::{State, Window};
 use crate::report::status_file::Snapshot;
 use crate::systemd_version::{self, FixedBuild};
 
@@ -190,6 +192,66 @@ proptest! {
                 prop_assert!(e.contains(&format!("`{full}`")) || e.contains("must not exceed"), "{}", e);
             }
         }
+    }
+
+    /// Any `preempt_window` text: a config, or an error naming the key.
+    #[test]
+    fn any_preempt_window_is_a_config_or_a_named_error(
+        s in prop_oneof![
+            text(14),
+            (0u32..30, 0u32..70, 0u32..30, 0u32..70)
+                .prop_map(|(a, b, c, d)| format!("{a:02}:{b:02}-{c:02}:{d:02}")),
+        ],
+    ) {
+        let value = s.replace('\\', "\\\\").replace('"', "\\\"");
+        let text = format!("[actions.daemon_reexec]\npreempt_window = \"{value}\"\n");
+        match config::parse_str(Path::new("/c.toml"), &text) {
+            Ok(c) => {
+                if let Some(w) = c.actions.daemon_reexec_preempt.window {
+                    prop_assert_eq!(w.to_string(), s);
+                }
+            }
+            Err(e) => {
+                // text TOML takes as a string (no control characters) is our value to judge
+                let e = e.to_string();
+                let plain = s.chars().all(|c| c == ' ' || c.is_ascii_graphic() || !c.is_control());
+                prop_assert!(
+                    !plain || e.contains("`actions.daemon_reexec.preempt_window`"),
+                    "{}", e
+                );
+            }
+        }
+    }
+
+    /// Any window at any instant of 2024-2030 in zones with odd DST rules (30 min in
+    /// Lord Howe, +5:45 in Kathmandu, a skipped day in Apia in 2011 nearby): open until a later
+    /// instant, or closed until an opening that is open.
+    #[test]
+    fn window_state_is_consistent_in_any_zone(
+        a in 0u32..1440, b in 0u32..1440,
+        secs in 1_704_067_200u64..1_924_992_000,
+        zone in prop::sample::select(vec![
+            "UTC", "America/New_York", "Europe/Berlin", "Australia/Lord_Howe",
+            "Asia/Kathmandu", "Pacific/Apia", "America/Santiago",
+        ]),
+    ) {
+        prop_assume!(a != b);
+        let text = format!("{:02}:{:02}-{:02}:{:02}", a / 60, a % 60, b / 60, b % 60);
+        let w: Window = text.parse().map_err(|e| TestCaseError::fail(format!("{e}")))?;
+        let tz = jiff::tz::TimeZone::get(zone)
+            .map_err(|e| TestCaseError::fail(format!("{zone} not in the tz database: {e}")))?;
+        let at = SystemTime::UNIX_EPOCH + Duration::from_secs(secs);
+        match w.state(at, &tz) {
+            State::Open { closes } => prop_assert!(closes > at, "{} {} {:?}", text, zone, at),
+            State::Closed { opens } => {
+                let opens = opens.ok_or_else(|| TestCaseError::fail(format!("{text} never opens in {zone}")))?;
+                prop_assert!(opens > at);
+                prop_assert!(w.is_open(opens, &tz), "{} {} opens {:?} but is not open then", text, zone, opens);
+            }
+        }
+        let next = w.next_opening(at, &tz)
+            .ok_or_else(|| TestCaseError::fail(format!("{text} never opens in {zone}")))?;
+        prop_assert!(next >= at && w.is_open(next, &tz));
     }
 
     #[test]

@@ -1,15 +1,19 @@
 //! What the daemon knows of the running systemd across rounds: its build and the version
 //! policy's verdict, this boot's evidence ([`crate::bug_evidence`]: a wedge seen, a serial
 //! wrapped), and PID 1's bus serials over time ([`crate::forecast`]), which give the
-//! `systemd-serial-exhaustion` input of the diagnosis and say when a planned reexec is due.
+//! `systemd-serial-exhaustion` input of the diagnosis and say when a planned reexec is due
+//! (now, or at the next opening of `preempt_window`: [`crate::maintenance_window`]).
 
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
+
+use jiff::tz::TimeZone;
 
 use crate::bug_evidence::{self, ProofFile, WedgeProof};
 use crate::config::{Config, ReexecWhen};
 use crate::diagnosis::{Finding, FindingId};
 use crate::forecast::{self, Change, Outlook, Sample, SerialTracker, Thresholds, Windows};
+use crate::maintenance_window::{self, Plan, Wait};
 use crate::probe::Round;
 use crate::report::status_file::SystemdStatus;
 use crate::systemd_version::{self, Verdict};
@@ -20,8 +24,20 @@ use crate::target::Target;
 pub struct SerialOutlook {
     /// `Some(detail)` while `systemd-serial-exhaustion` stands.
     pub exhaustion: Option<String>,
-    /// A planned reexec is due now.
+    /// A planned reexec goes now: due (in `preempt_window`, or not waiting for it), or brought
+    /// forward into an open window because it would come due before the next opening.
     pub preempt_due: bool,
+    /// A planned reexec would be due but waits for `preempt_window` (`preempt_due` is false).
+    pub preempt_waits: Option<Wait>,
+}
+
+/// The node's wall clock for `preempt_window`: now, and the local time zone.
+#[derive(Debug, Clone, Copy)]
+pub struct LocalTime<'a> {
+    /// Now.
+    pub now: SystemTime,
+    /// The node's time zone.
+    pub tz: &'a TimeZone,
 }
 
 /// systemd's build, verdict, evidence and serial forecast.
@@ -37,6 +53,8 @@ pub struct SystemdWatch {
     proof_file: ProofFile,
     boot_id: Option<String>,
     proof: Option<WedgeProof>,
+    /// What `preempt_window` made of the last due planned reexec.
+    window_plan: Option<Plan>,
 }
 
 impl SystemdWatch {
@@ -64,6 +82,7 @@ impl SystemdWatch {
             proof_file,
             boot_id,
             proof,
+            window_plan: None,
         }
     }
 
@@ -87,13 +106,15 @@ impl SystemdWatch {
     }
 
     /// Take in a round: the serial (at `at`, monotonic), the version, the verdict weighed
-    /// against the evidence; then the forecast's outlook under `config`.
+    /// against the evidence; then the forecast's outlook under `config` (and `preempt_window`
+    /// at `local`).
     pub fn observe(
         &mut self,
         round: &Round,
         at: Duration,
         package_version: Option<&str>,
         config: &Config,
+        local: LocalTime<'_>,
     ) -> SerialOutlook {
         self.track_bus_serial(round, at);
         let manager = round
@@ -110,7 +131,7 @@ impl SystemdWatch {
             self.verdict = Some(policy);
         }
         self.weigh_evidence();
-        self.outlook(config)
+        self.outlook(config, local)
     }
 
     /// A `systemd-bus-wedge` among `findings` is the bug's own signature: remember it for this
@@ -147,14 +168,24 @@ impl SystemdWatch {
         self.weigh_evidence();
     }
 
-    /// For a planned reexec (aimed at `systemd-serial-exhaustion`): why now, with the numbers.
+    /// For a planned reexec (aimed at `systemd-serial-exhaustion`): why now, with the numbers,
+    /// and what `preempt_window` said (open, why it was brought forward into this opening, or
+    /// why it did not wait for the next one).
     pub fn planned_because(&self, aimed_at: &[FindingId], config: &Config) -> String {
         if !aimed_at.contains(&FindingId::SystemdSerialExhaustion) {
             return String::new();
         }
+        let window = match (
+            &self.window_plan,
+            config.actions.daemon_reexec_preempt.window,
+        ) {
+            (Some(Plan::NotWaiting(why) | Plan::BroughtForward(why)), _) => format!("; {why}"),
+            (Some(Plan::InWindow), Some(w)) => format!("; within preempt_window {w}"),
+            _ => String::new(),
+        };
         self.serials.forecast().map_or(String::new(), |f| {
             format!(
-                " (planned, before PID 1 runs out of bus serials: {})",
+                " (planned, before PID 1 runs out of bus serials: {}{window})",
                 forecast::explain(&f, &Thresholds::of(config))
             )
         })
@@ -196,21 +227,39 @@ impl SystemdWatch {
         self.weighed = Some(weighed.verdict);
     }
 
-    /// The serial forecast's outlook.
-    fn outlook(&self, config: &Config) -> SerialOutlook {
+    /// The serial forecast's outlook; while `systemd-serial-exhaustion` stands, `preempt_window`
+    /// says whether the planned reexec goes now (due, or brought forward into an open window),
+    /// waits for the opening, or is not due yet.
+    fn outlook(&mut self, config: &Config, local: LocalTime<'_>) -> SerialOutlook {
         let thresholds = Thresholds::of(config);
         let affected =
             self.status.affected || config.actions.daemon_reexec_when == ReexecWhen::Always;
-        let (outlook, detail) = match self.serials.forecast() {
+        let forecast = self.serials.forecast();
+        let (outlook, detail) = match &forecast {
             Some(f) => (
-                Outlook::of(&f, affected, &thresholds),
-                forecast::explain(&f, &thresholds),
+                Outlook::of(f, affected, &thresholds),
+                forecast::explain(f, &thresholds),
             ),
             None => (Outlook::Calm, String::new()),
         };
+        self.window_plan = forecast.filter(|_| outlook != Outlook::Calm).map(|f| {
+            maintenance_window::plan(
+                config.actions.daemon_reexec_preempt.window.as_ref(),
+                local.now,
+                local.tz,
+                &f,
+                outlook,
+                &thresholds,
+            )
+        });
+        let preempt_waits = match &self.window_plan {
+            Some(Plan::Wait(wait)) => Some(wait.clone()),
+            _ => None,
+        };
         SerialOutlook {
             exhaustion: (outlook != Outlook::Calm).then_some(detail),
-            preempt_due: outlook == Outlook::Preempt,
+            preempt_due: self.window_plan.as_ref().is_some_and(Plan::acts_now),
+            preempt_waits,
         }
     }
 }
@@ -251,6 +300,14 @@ mod tests {
         }
     }
 
+    /// Noon UTC on an ordinary day (2026-06-10).
+    fn noon(tz: &TimeZone) -> LocalTime<'_> {
+        LocalTime {
+            now: SystemTime::UNIX_EPOCH + Duration::from_secs(1_781_092_800),
+            tz,
+        }
+    }
+
     fn dir(tag: &str) -> std::path::PathBuf {
         let d = std::env::temp_dir().join(format!("pg-watch-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
@@ -259,6 +316,7 @@ mod tests {
 
     #[test]
     fn a_fixed_version_near_the_end_is_calm_unless_always() {
+        let utc = TimeZone::UTC;
         let d = dir("calm");
         let mut w = SystemdWatch::new(&d);
         let mut config = Config::default();
@@ -267,12 +325,14 @@ mod tests {
             Duration::ZERO,
             None,
             &config,
+            noon(&utc),
         );
         assert_eq!(
             o,
             SerialOutlook {
                 exhaustion: None,
-                preempt_due: false
+                preempt_due: false,
+                preempt_waits: None
             }
         );
         assert!(!w.status().affected);
@@ -282,6 +342,7 @@ mod tests {
             Duration::from_secs(1),
             None,
             &config,
+            noon(&utc),
         );
         assert!(o.preempt_due, "1000 left < headroom 2e7: {o:?}");
         assert!(o.exhaustion.is_some_and(|d| d.contains("preempt_headroom")));
@@ -290,6 +351,7 @@ mod tests {
 
     #[test]
     fn an_affected_version_warns_and_preempts_on_headroom() {
+        let utc = TimeZone::UTC;
         let d = dir("affected");
         let mut w = SystemdWatch::new(&d);
         let o = w.observe(
@@ -297,6 +359,7 @@ mod tests {
             Duration::ZERO,
             None,
             &Config::default(),
+            noon(&utc),
         );
         assert!(w.status().affected);
         assert!(o.preempt_due);
@@ -310,5 +373,179 @@ mod tests {
             ""
         );
         let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// A watch on an affected PID 1 whose serial grows at `rate` per second and has
+    /// `remaining` left, seen at `now` (UTC), under `config`.
+    fn growing(
+        tag: &str,
+        remaining: u32,
+        rate: u32,
+        now: SystemTime,
+        config: &Config,
+    ) -> (SystemdWatch, SerialOutlook) {
+        let utc = TimeZone::UTC;
+        let local = LocalTime { now, tz: &utc };
+        let mut w = SystemdWatch::new(&dir(tag));
+        let start = u32::MAX - remaining - 20 * rate;
+        w.observe(
+            &round(start, Some("219")),
+            Duration::ZERO,
+            None,
+            config,
+            local,
+        );
+        let o = w.observe(
+            &round(u32::MAX - remaining, Some("219")),
+            Duration::from_secs(20),
+            None,
+            config,
+            local,
+        );
+        let _ = std::fs::remove_dir_all(dir(tag));
+        (w, o)
+    }
+
+    #[test]
+    fn a_planned_reexec_waits_for_preempt_window_unless_it_runs_out_first() {
+        use crate::action::ActionKind;
+        use crate::ladder::{self, Decision};
+        use crate::ledger::Ledger;
+        // the shipped thresholds (headroom 2e7, before 6h), a busy node's 330/s
+        let mut config = Config::default();
+        config.actions.daemon_reexec_preempt.window = Some("02:00-05:00".parse().unwrap());
+        const HOUR: u32 = 3600 * 330;
+        // 19:48 UTC: the window opens in 6h12m
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_781_120_880);
+        let ledger = Ledger::default();
+        let decide = |o: &SerialOutlook, findings: &[FindingId]| {
+            ladder::decide(&ladder::Context {
+                now: crate::boot_clock::Now::wall_only(now),
+                mode: config.mode,
+                in_startup_grace: false,
+                busy: false,
+                findings,
+                systemd_affected: true,
+                serial_preempt_due: o.preempt_due,
+                serial_preempt_waits: o.preempt_waits.as_ref().map(|w| w.words.as_str()),
+                actions: &config.actions,
+                ledger: &ledger,
+            })
+        };
+        use FindingId::{SystemdBusWedge, SystemdSerialExhaustion};
+        let act = |aimed_at| {
+            vec![Decision::Act {
+                action: ActionKind::DaemonReexec,
+                aimed_at: vec![aimed_at],
+            }]
+        };
+
+        // due by the headroom (16 h left: 1.9e7), window closed, the serials last past its
+        // opening plus 1 h: no act, the finding stays a warning, the wait is said
+        let (_, o) = growing("wait", 16 * HOUR, 330, now, &config);
+        assert!(!o.preempt_due, "{o:?}");
+        assert!(o.exhaustion.is_some());
+        let wait = o.preempt_waits.clone().unwrap();
+        assert_eq!(
+            wait.words,
+            "planned, waits for preempt_window 02:00-05:00 (opens in 6h12m; runs out in ~16 h)"
+        );
+        assert_eq!(
+            wait.opens,
+            SystemTime::UNIX_EPOCH + Duration::from_secs(1_781_143_200)
+        );
+        assert_eq!(
+            decide(&o, &[SystemdSerialExhaustion]),
+            vec![Decision::Waits {
+                action: ActionKind::DaemonReexec,
+                aimed_at: vec![SystemdSerialExhaustion],
+                reason: wait.words.clone()
+            }]
+        );
+        // an emergency does not wait for it
+        assert_eq!(
+            decide(&o, &[SystemdBusWedge, SystemdSerialExhaustion]),
+            act(SystemdBusWedge)
+        );
+
+        // due, window closed, but it runs out before the opening plus the margin (30e6 at
+        // 2500/s: ~3 h): act, and say why it did not wait
+        let (w, o) = growing("runs-out", 30_000_000, 2500, now, &config);
+        assert!(o.preempt_due && o.preempt_waits.is_none(), "{o:?}");
+        assert_eq!(
+            decide(&o, &[SystemdSerialExhaustion]),
+            act(SystemdSerialExhaustion)
+        );
+        let why = w.planned_because(&[SystemdSerialExhaustion], &config);
+        assert!(
+            why.ends_with(
+                "; runs out in ~3 h, before preempt_window 02:00-05:00 opens (in 6h12m) plus 1h margin: not waiting)"
+            ),
+            "{why}"
+        );
+
+        // below the headroom with no rate yet: nothing says the serials last, act now
+        let mut w = SystemdWatch::new(&dir("no-rate"));
+        let utc = TimeZone::UTC;
+        let o = w.observe(
+            &round(u32::MAX - 1_000_000, Some("219")),
+            Duration::ZERO,
+            None,
+            &config,
+            LocalTime { now, tz: &utc },
+        );
+        let _ = std::fs::remove_dir_all(dir("no-rate"));
+        assert!(o.preempt_due && o.preempt_waits.is_none(), "{o:?}");
+        let why = w.planned_because(&[SystemdSerialExhaustion], &config);
+        assert!(
+            why.contains("; 1.00e6 serials left and no forecast rate to tell whether they last until preempt_window 02:00-05:00 opens (in 6h12m): not waiting"),
+            "{why}"
+        );
+
+        // inside the window (03:00), due: now, and the journal says so
+        let in_window = SystemTime::UNIX_EPOCH + Duration::from_secs(1_781_146_800);
+        let (w, o) = growing("open", 16 * HOUR, 330, in_window, &config);
+        assert!(o.preempt_due && o.preempt_waits.is_none(), "{o:?}");
+        let why = w.planned_because(&[SystemdSerialExhaustion], &config);
+        assert!(
+            why.ends_with("; within preempt_window 02:00-05:00)"),
+            "{why}"
+        );
+
+        // inside the window, not due (30 h left), but due before tomorrow's 02:00 (7 h left
+        // then, 8.3e6 serials): brought forward, the ladder acts on the warning
+        let (w, o) = growing("forward", 30 * HOUR, 330, in_window, &config);
+        assert!(o.preempt_due && o.preempt_waits.is_none(), "{o:?}");
+        assert!(o.exhaustion.is_some());
+        assert_eq!(
+            decide(&o, &[SystemdSerialExhaustion]),
+            act(SystemdSerialExhaustion)
+        );
+        let why = w.planned_because(&[SystemdSerialExhaustion], &config);
+        assert!(
+            why.ends_with(
+                "; would come due before preempt_window 02:00-05:00 opens again (in 23h; ~8.32e6 serials left by then, below preempt_headroom 2.00e7): reexec now, inside the window)"
+            ),
+            "{why}"
+        );
+        // 60 h left: still 37 h at tomorrow's opening; a warning, nothing to do tonight
+        let (_, o) = growing("later", 60 * HOUR, 330, in_window, &config);
+        assert!(!o.preempt_due && o.preempt_waits.is_none(), "{o:?}");
+        assert!(o.exhaustion.is_some());
+        assert_eq!(decide(&o, &[SystemdSerialExhaustion]), vec![]);
+        // preempt = false: never brought forward
+        config.actions.daemon_reexec_preempt.enabled = false;
+        let (_, o) = growing("off", 30 * HOUR, 330, in_window, &config);
+        assert!(!o.preempt_due && o.exhaustion.is_some(), "{o:?}");
+        config.actions.daemon_reexec_preempt.enabled = true;
+
+        // no window: as before, due at once, and not before it is due
+        config.actions.daemon_reexec_preempt.window = None;
+        let (w, o) = growing("any", 16 * HOUR, 330, now, &config);
+        assert!(o.preempt_due && o.preempt_waits.is_none(), "{o:?}");
+        let why = w.planned_because(&[SystemdSerialExhaustion], &config);
+        assert!(!why.contains("preempt_window"), "{why}");
+        let (_, o) = growing("any-later", 30 * HOUR, 330, in_window, &config);
+        assert!(!o.preempt_due, "{o:?}");
     }
 }

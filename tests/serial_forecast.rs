@@ -50,6 +50,18 @@ fn npd_check(bed: &Bed, name: &str) -> (i32, String) {
     (o.status.code().unwrap_or(-1), line)
 }
 
+/// A one-hour `preempt_window` that opens 12 h from now in the bed's local time.
+fn window_in_12h(bed: &Bed) -> String {
+    let now = bed.sh_ok("date +%H:%M");
+    let (h, m) = now
+        .trim()
+        .split_once(':')
+        .and_then(|(h, m)| Some((h.parse::<u32>().ok()?, m.parse::<u32>().ok()?)))
+        .unwrap_or_else(|| panic!("the bed's date: {now:?}"));
+    let start = (h + 12) % 24;
+    format!("{start:02}:{m:02}-{:02}:{m:02}", (start + 1) % 24)
+}
+
 fn wait_status(bed: &Bed, what: &str, timeout: Duration, pred: impl Fn(&Value) -> bool) -> Value {
     let start = Instant::now();
     loop {
@@ -75,10 +87,14 @@ fn planned_reexec_comes_before_the_overflow_and_pid1_never_stops_answering() {
     let bed = Bed::boot(&env, BedOptions::affected_with_pleg_guard());
     // The bed's PID 1 says 252.39, which the version policy calls fixed, and no wedge was seen
     // on this boot: `when = "always"` stands for an operator who knows the build is affected.
-    // A small headroom so that the forecast rule (not the headroom) times the reexec.
-    bed.install_pleg_guard(&config(
-        "[actions.daemon_reexec]\nwhen = \"always\"\npreempt_headroom = 1000\npreempt_before = \"40s\"\nsettle = \"3s\"\n",
-    ));
+    // A small headroom so that the forecast rule (not the headroom) times the reexec. A
+    // maintenance window that opens only in 12 h (the bed's local time): the serials run out
+    // long before (within the 20 s margin, half of preempt_before), so the planned reexec does
+    // not wait for it, and says so.
+    let window = window_in_12h(&bed);
+    bed.install_pleg_guard(&config(&format!(
+        "[actions.daemon_reexec]\nwhen = \"always\"\npreempt_headroom = 1000\npreempt_before = \"40s\"\nsettle = \"3s\"\npreempt_window = \"{window}\"\n",
+    )));
     let left_at_start = (RATE * 100.0) as u64; // 100 s of load
     bed.fast_forward_pid1_serial(SERIAL_MAX - left_at_start);
     let load = bed.bus_load(RATE);
@@ -136,6 +152,12 @@ fn planned_reexec_comes_before_the_overflow_and_pid1_never_stops_answering() {
         message.contains("runs out within preempt_before"),
         "{message}"
     );
+    assert!(
+        message.contains(&format!(", before preempt_window {window} opens (in 1"))
+            && message.contains(") plus 20s margin: not waiting"),
+        "{message}"
+    );
+    eprintln!("planned reexec started: {message}");
     bed.wait_cured("daemon-reexec", secs(30), secs(30));
     let after = bed.pid1_reply_serial();
     assert!(

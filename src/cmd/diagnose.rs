@@ -13,7 +13,7 @@ use crate::diagnosis::Diagnosis;
 use crate::probe::{Prober, systemd};
 use crate::report::journal;
 use crate::report::table;
-use crate::systemd_watch::SystemdWatch;
+use crate::systemd_watch::{LocalTime, SystemdWatch};
 
 /// Exit 0 healthy, 1 a problem found, 2 usage or configuration error.
 pub fn main(args: DiagnoseArgs) -> ExitCode {
@@ -36,7 +36,17 @@ pub fn main(args: DiagnoseArgs) -> ExitCode {
         // What the daemon would know of systemd after this one round (diagnose writes
         // nothing: a wedge seen now is proof for this report only).
         let mut watch = SystemdWatch::read_only(&config.state_directory);
-        let outlook = watch.observe(&round, Duration::ZERO, package.as_deref(), &config);
+        let tz = crate::daemon::local_time_zone(&config);
+        let local = LocalTime {
+            now: SystemTime::now(),
+            tz: &tz,
+        };
+        let outlook = watch.observe(&round, Duration::ZERO, package.as_deref(), &config, local);
+        // what the daemon would say of a planned reexec that waits for preempt_window
+        let next_step = outlook
+            .preempt_waits
+            .as_ref()
+            .map(|w| format!("daemon-reexec: {}", w.words));
         // One look: a single failed call counts.
         let mut diagnosis = Diagnosis::new(1);
         diagnosis.set_serial_exhaustion(outlook.exhaustion);
@@ -50,7 +60,7 @@ pub fn main(args: DiagnoseArgs) -> ExitCode {
             degraded: diagnosis.degraded(),
             systemd: &systemd,
             activity: None,
-            next_step: None,
+            next_step: next_step.as_deref(),
         }
         .snapshot(assessment::Context {
             interval: config.interval,

@@ -64,7 +64,7 @@ impl FleetGate {
             fleet,
             config: config.fleet.clone(),
             node,
-            margin: policy::deadline_margin(config.actions.daemon_reexec_preempt.before),
+            margin: crate::forecast::deadline_margin(config.actions.daemon_reexec_preempt.before),
             waiting: None,
             holding: None,
             local: None,

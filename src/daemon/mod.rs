@@ -22,6 +22,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use jiff::tz::TimeZone;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::{Instant, MissedTickBehavior};
 
@@ -37,7 +38,8 @@ use crate::report::journal::{Event, emit};
 use crate::report::notify;
 use crate::report::status_file::{self, Snapshot};
 
-use crate::systemd_watch::SystemdWatch;
+use crate::maintenance_window::Wait;
+use crate::systemd_watch::{LocalTime, SystemdWatch};
 use fleet_gate::{FleetGate, Gate};
 use runner::{ActionRunner, join};
 
@@ -59,6 +61,12 @@ pub struct Daemon {
     package_version: Option<String>,
     /// The serial forecast asks for a planned reexec now.
     preempt_due: bool,
+    /// ... or would, but it waits for `preempt_window`.
+    preempt_waits: Option<Wait>,
+    /// The opening of `preempt_window` whose wait was last logged.
+    wait_logged: Option<SystemTime>,
+    /// The node's time zone, for `preempt_window`.
+    tz: TimeZone,
     last_round: Option<Round>,
     /// The last decision text, for the status line.
     next_step: Option<String>,
@@ -81,6 +89,9 @@ impl Daemon {
             started: Instant::now(),
             package_version: None,
             preempt_due: false,
+            preempt_waits: None,
+            wait_logged: None,
+            tz: local_time_zone(&config),
             last_round: None,
             next_step: None,
             metrics: crate::metrics::Exporter::default(),
@@ -224,6 +235,7 @@ impl Daemon {
                 self.reask = Reask::for_config(&new);
                 self.diagnosis
                     .set_unhealthy_after(new.probe.unhealthy_after.get());
+                self.tz = local_time_zone(&new);
                 self.config = new;
                 tracing::info!(mode = %self.mode(), "reload: new configuration takes effect at the next round");
                 interval_changed
@@ -251,8 +263,10 @@ impl Daemon {
             self.started.elapsed(),
             self.package_version.as_deref(),
             &self.config,
+            LocalTime { now, tz: &self.tz },
         );
         self.preempt_due = outlook.preempt_due;
+        self.preempt_waits = outlook.preempt_waits;
         self.diagnosis.set_serial_exhaustion(outlook.exhaustion);
         let (transitions, new_findings) =
             self.diagnosis.update(&round, self.systemd.verdict(), now);
@@ -322,6 +336,7 @@ impl Daemon {
             findings: &findings,
             systemd_affected: self.systemd.status().affected,
             serial_preempt_due: self.preempt_due,
+            serial_preempt_waits: self.preempt_waits.as_ref().map(|w| w.words.as_str()),
             actions: &self.config.actions,
             ledger: self.runner.ledger(),
         });
@@ -374,6 +389,23 @@ impl Daemon {
                     self.next_step = Some(format!("{action} suppressed until {when}"));
                     self.runner
                         .note(EventKind::ActionSuppressed, action, &aimed_at, message);
+                }
+                Decision::Waits {
+                    action,
+                    aimed_at,
+                    reason,
+                } => {
+                    self.next_step = Some(format!("{action}: {reason}"));
+                    let opens = self.preempt_waits.as_ref().map(|w| w.opens);
+                    if opens.is_some() && opens != self.wait_logged {
+                        self.wait_logged = opens;
+                        tracing::info!(
+                            "{action} for {}: {reason}; the window opens at {}{}",
+                            join(&aimed_at),
+                            opens.map_or_else(String::new, crate::report::time_format::rfc3339),
+                            self.systemd.planned_because(&aimed_at, &self.config)
+                        );
+                    }
                 }
                 Decision::Skipped {
                     action,
@@ -484,6 +516,22 @@ async fn fleet_changed(fleet: &mut Option<FleetGate>) {
     match fleet {
         Some(gate) => gate.changed().await,
         None => std::future::pending().await,
+    }
+}
+
+/// The node's time zone for `preempt_window`: `TZ`, else `/etc/localtime`; UTC when it cannot
+/// be read (with a warning, when a window is set).
+pub(crate) fn local_time_zone(config: &Config) -> TimeZone {
+    match TimeZone::try_system() {
+        Ok(tz) => tz,
+        Err(e) => {
+            if let Some(w) = config.actions.daemon_reexec_preempt.window {
+                tracing::warn!(
+                    "the local time zone cannot be read ({e}): preempt_window {w} is taken as UTC"
+                );
+            }
+            TimeZone::UTC
+        }
     }
 }
 

@@ -11,9 +11,9 @@
 //!   - an emergency cure (the node is already wedged) waits at most `max_wait`, then acts on
 //!     the local limits alone;
 //!   - the forecast's planned reexec waits for as long as its forecast allows: it acts without
-//!     a slot once the serials are forecast to run out within [`deadline_margin`]; with no
-//!     forecast time (planned on the headroom alone) it is bounded by `max_wait` like an
-//!     emergency.
+//!     a slot once the serials are forecast to run out within
+//!     [`crate::forecast::deadline_margin`]; with no forecast time (planned on the headroom
+//!     alone) it is bounded by `max_wait` like an emergency.
 
 use std::fmt;
 use std::time::Duration;
@@ -21,18 +21,6 @@ use std::time::Duration;
 use crate::config::OnUnreachable;
 
 use super::{SlotState, Urgency};
-
-/// The most a planned reexec keeps in hand before the forecast's end of serials: it acts
-/// without a slot once the serials are forecast to run out sooner than this (1 h: the forecast
-/// rates move within the hour; a reexec takes seconds).
-pub const PLANNED_MARGIN: Duration = Duration::from_secs(3600);
-
-/// How close to the forecast's end of serials a planned reexec may wait for a slot:
-/// [`PLANNED_MARGIN`], or half of `preempt_before` when that is shorter (an operator who plans
-/// reexecs 30 min ahead still leaves them room to wait).
-pub fn deadline_margin(preempt_before: Duration) -> Duration {
-    PLANNED_MARGIN.min(preempt_before / 2)
-}
 
 /// What the policy looks at.
 #[derive(Debug, Clone, Copy)]
@@ -50,7 +38,7 @@ pub struct Inputs<'a> {
     /// For a planned reexec: how long until PID 1 runs out of bus serials at the forecast rate
     /// (None: no forecast time).
     pub serial_eta: Option<Duration>,
-    /// [`deadline_margin`] for this configuration.
+    /// [`crate::forecast::deadline_margin`] for this configuration.
     pub margin: Duration,
 }
 
@@ -206,6 +194,7 @@ mod tests {
     use std::time::SystemTime;
 
     use super::*;
+    use crate::forecast::deadline_margin;
 
     const MIN: Duration = Duration::from_secs(60);
 
@@ -351,16 +340,6 @@ mod tests {
             run(Planned, &waiting(), 15, Wait, None),
             Verdict::ActLocal(LocalReason::MaxWaitPassed { .. })
         ));
-    }
-
-    #[test]
-    fn the_margin_is_an_hour_or_half_of_preempt_before() {
-        assert_eq!(
-            deadline_margin(Duration::from_secs(6 * 3600)),
-            PLANNED_MARGIN
-        );
-        assert_eq!(deadline_margin(MIN * 30), MIN * 15);
-        assert_eq!(deadline_margin(Duration::ZERO), Duration::ZERO);
     }
 
     #[test]
