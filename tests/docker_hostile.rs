@@ -249,7 +249,7 @@ fn a_gigabyte_listing_is_refused_in_bounded_memory() {
         hostile.sent_mib
     );
     assert_eq!(
-        honest.report["targets"]["docker"]["state"], "up",
+        honest.report["targets"]["docker"]["state"], "ok",
         "{:#}",
         honest.report["targets"]["docker"]
     );
