@@ -261,3 +261,23 @@ fn npd_check_reports_an_unresponsive_container_runtime() {
         assert_eq!(npd_check(&bed, c).0, 0, "{c}");
     }
 }
+
+/// The host's real dockerd SIGSTOPped (the bed talks to it through its socket):
+/// `ContainerRuntimeUnresponsive` true with the finding's message while the other conditions
+/// stay false, and false again once dockerd runs.
+#[test]
+fn npd_check_reports_a_stopped_dockerd() {
+    let Some(env) = require_bed() else { return };
+    let _docker = docker_lock();
+    let bed = Bed::boot(&env, BedOptions::with_pleg_guard_and_docker());
+    bed.run_pleg_guard(&fast_config("mode = \"observe\"\n"));
+    wait_exit(&bed, "ContainerRuntimeUnresponsive", 0, secs(20));
+    let stopped = stop_dockerd();
+    let msg = wait_exit(&bed, "ContainerRuntimeUnresponsive", 1, secs(30));
+    assert!(msg.starts_with("docker-unresponsive since "), "{msg}");
+    for c in ["SystemdBusWedged", "LogindUnresponsive"] {
+        assert_eq!(npd_check(&bed, c).0, 0, "{c}");
+    }
+    stopped.cont();
+    wait_exit(&bed, "ContainerRuntimeUnresponsive", 0, secs(30));
+}
