@@ -19,7 +19,12 @@ die() { echo "zig-toolchain: $*" >&2; exit 1; }
 # (`cargo zigbuild --version` is an error: ask the binary itself)
 if ! cargo-zigbuild --version 2>/dev/null | grep -q "^cargo-zigbuild 0\.24\."; then
     echo "zig-toolchain: installing cargo-zigbuild $ZIGBUILD_VERSION (cargo install --locked)" >&2
-    cargo install --locked --force --version "$ZIGBUILD_VERSION" cargo-zigbuild >&2 \
+    # unoptimised: it only runs cargo and zig, and this cuts its build to a fraction;
+    # PLEG_GUARD_TOOLS_TARGET_DIR lets tests/run-all.sh share one build directory between
+    # the packaging tools, so their common dependencies compile once
+    cargo install --locked --force --debug \
+        ${PLEG_GUARD_TOOLS_TARGET_DIR:+--target-dir "$PLEG_GUARD_TOOLS_TARGET_DIR"} \
+        --version "$ZIGBUILD_VERSION" cargo-zigbuild >&2 \
         || die "cargo install cargo-zigbuild failed"
 fi
 

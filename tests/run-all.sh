@@ -58,9 +58,12 @@ step "packaging tools, in the background: cargo-deb, cargo-generate-rpm, cargo-z
     missing=()
     cargo deb --version >/dev/null 2>&1 || missing+=(cargo-deb)
     cargo generate-rpm --version >/dev/null 2>&1 || missing+=(cargo-generate-rpm)
+    # one build directory for the three tools, so what they share compiles once (measured
+    # 105 s for all three, unoptimised, against ~9 min separately with cargo-zigbuild optimised)
+    export PLEG_GUARD_TOOLS_TARGET_DIR="$PWD/target/tools-build"
     if [ "${#missing[@]}" -gt 0 ]; then
         # unoptimised: they package one small binary, and this halves their build time
-        cargo install --locked --debug "${missing[@]}"
+        cargo install --locked --debug --target-dir "$PLEG_GUARD_TOOLS_TARGET_DIR" "${missing[@]}"
     fi
     packaging/zig-toolchain.sh
 ) >"$LOGS/tools.log" 2>&1 &
