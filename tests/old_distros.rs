@@ -36,6 +36,11 @@ unhealthy_after = 2
 [actions.daemon_reexec]
 when = "always"
 settle = "3s"
+
+# the host's /run, bound at /hostrun, not its docker.sock: a bind of the socket file would keep
+# a dead socket's inode when another test (faults.rs) restarts the host's dockerd meanwhile
+[docker]
+socket = "/hostrun/docker.sock"
 "#;
 
 fn repo() -> PathBuf {
@@ -119,9 +124,11 @@ fn smoke(suite: &str, systemd: u32) {
     let bed = Bed::boot(
         &env,
         BedOptions {
-            docker: true,
             pleg_guard_binary: None,
-            extra_binds: vec![(deb.parent().unwrap().to_path_buf(), "/pkg".to_string())],
+            extra_binds: vec![
+                (deb.parent().unwrap().to_path_buf(), "/pkg".to_string()),
+                ("/run".into(), "/hostrun".to_owned()),
+            ],
             ..Default::default()
         },
     );
