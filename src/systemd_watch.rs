@@ -439,6 +439,14 @@ mod tests {
                 aimed_at: vec![aimed_at],
             }]
         };
+        // the planned reexec acts now; what its journal entry gives as the reason
+        let planned_now = |w: &SystemdWatch, o: &SerialOutlook| {
+            assert_eq!(
+                decide(o, &[SystemdSerialExhaustion]),
+                act(SystemdSerialExhaustion)
+            );
+            w.planned_because(&[SystemdSerialExhaustion], &config)
+        };
 
         // due by the headroom (16 h left: 1.9e7), window closed, the serials last past its
         // opening plus 1 h: no act, the finding stays a warning, the wait is said
@@ -472,11 +480,7 @@ mod tests {
         // 2500/s: ~3 h): act, and say why it did not wait
         let (w, o) = growing("runs-out", 30_000_000, 2500, now, &config);
         assert!(o.preempt_due && o.preempt_waits.is_none(), "{o:?}");
-        assert_eq!(
-            decide(&o, &[SystemdSerialExhaustion]),
-            act(SystemdSerialExhaustion)
-        );
-        let why = w.planned_because(&[SystemdSerialExhaustion], &config);
+        let why = planned_now(&w, &o);
         assert!(
             why.ends_with(
                 "; runs out in ~3 h, before preempt_window 02:00-05:00 opens (in 6h12m) plus 1h margin: not waiting)"
@@ -517,11 +521,7 @@ mod tests {
         let (w, o) = growing("forward", 30 * HOUR, 330, in_window, &config);
         assert!(o.preempt_due && o.preempt_waits.is_none(), "{o:?}");
         assert!(o.exhaustion.is_some());
-        assert_eq!(
-            decide(&o, &[SystemdSerialExhaustion]),
-            act(SystemdSerialExhaustion)
-        );
-        let why = w.planned_because(&[SystemdSerialExhaustion], &config);
+        let why = planned_now(&w, &o);
         assert!(
             why.ends_with(
                 "; would come due before preempt_window 02:00-05:00 opens again (in 23h; ~8.32e6 serials left by then, below preempt_headroom 2.00e7): reexec now, inside the window)"
