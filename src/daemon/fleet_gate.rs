@@ -164,9 +164,15 @@ impl FleetGate {
     }
 
     /// After the ladder spoke and the runner moved on: release a slot whose action and settle
-    /// check are over, withdraw a request the ladder no longer makes, note expiries and
-    /// etcd going away or coming back.
-    pub fn after(&mut self, busy: bool, still_wanted: &[ActionKind]) {
+    /// check are over, withdraw a request the ladder no longer makes (`waiting_for_window`:
+    /// the actions it holds back for their maintenance window, with its words), note expiries
+    /// and etcd going away or coming back.
+    pub fn after(
+        &mut self,
+        busy: bool,
+        still_wanted: &[ActionKind],
+        waiting_for_window: &[(ActionKind, String)],
+    ) {
         if let Some((action, since)) = self.holding {
             if !busy {
                 self.fleet.release();
@@ -189,7 +195,7 @@ impl FleetGate {
                 fleet_event(
                     EventKind::FleetReleased,
                     action,
-                    &format!("{action} no longer needed: fleet request withdrawn"),
+                    &withdrawn_because(action, waiting_for_window),
                 );
             }
         }
@@ -305,5 +311,39 @@ pub fn urgency_of(action: ActionKind, planned: bool) -> Urgency {
         Urgency::Planned
     } else {
         Urgency::Emergency
+    }
+}
+
+/// Why a waiting request was withdrawn: its action waits for its maintenance window (the
+/// ladder's words), or the ladder no longer asks for it.
+fn withdrawn_because(action: ActionKind, waiting_for_window: &[(ActionKind, String)]) -> String {
+    waiting_for_window
+        .iter()
+        .find(|(a, _)| *a == action)
+        .map_or_else(
+            || format!("{action} no longer needed: fleet request withdrawn"),
+            |(_, reason)| format!("{action} {reason}: fleet request withdrawn until then"),
+        )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_withdrawn_for_the_window_says_so() {
+        let waits = [(
+            ActionKind::DaemonReexec,
+            "planned, waits for preempt_window 02:00-05:00 (opens in 6h12m; runs out in ~16 h)"
+                .to_owned(),
+        )];
+        assert_eq!(
+            withdrawn_because(ActionKind::DaemonReexec, &waits),
+            "daemon-reexec planned, waits for preempt_window 02:00-05:00 (opens in 6h12m; runs out in ~16 h): fleet request withdrawn until then"
+        );
+        assert_eq!(
+            withdrawn_because(ActionKind::RestartKubelet, &waits),
+            "restart-kubelet no longer needed: fleet request withdrawn"
+        );
     }
 }

@@ -351,6 +351,7 @@ impl Daemon {
                 _ => None,
             })
             .collect();
+        let mut waiting_for_window: Vec<(ActionKind, String)> = Vec::new();
         for d in decisions {
             match d {
                 Decision::Act { action, aimed_at } => {
@@ -396,6 +397,7 @@ impl Daemon {
                     reason,
                 } => {
                     self.next_step = Some(format!("{action}: {reason}"));
+                    waiting_for_window.push((action, reason.clone()));
                     let opens = self.preempt_waits.as_ref().map(|w| w.opens);
                     if opens.is_some() && opens != self.wait_logged {
                         self.wait_logged = opens;
@@ -425,7 +427,7 @@ impl Daemon {
         }
         let busy = self.runner.busy();
         if let Some(gate) = self.fleet.as_mut() {
-            gate.after(busy, &wanted);
+            gate.after(busy, &wanted, &waiting_for_window);
         }
     }
 
@@ -451,7 +453,7 @@ impl Daemon {
         let busy = self.runner.busy();
         if let Some(gate) = self.fleet.as_mut() {
             // a failed action does not settle: its slot goes back now
-            gate.after(busy, &[]);
+            gate.after(busy, &[], &[]);
         }
         if let Some(f) = finished.filter(|f| f.succeeded) {
             match f.action {
