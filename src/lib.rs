@@ -29,6 +29,7 @@ pub mod probe;
 #[cfg(test)]
 pub mod property_tests;
 pub mod report;
+pub mod state_file;
 pub mod systemd_version;
 pub mod systemd_watch;
 pub mod target;
