@@ -18,10 +18,11 @@ use tokio::time::Instant;
 
 use super::{bounded, timed_with_error};
 use crate::client::journal::follow::JournalFollower;
+use crate::client::kubelet::HttpUrl;
 use crate::client::kubelet::healthz;
 use crate::client::kubelet_log::{is_pleg_complaint, pleg_complaint};
 use crate::client::{self, ErrorKind};
-use crate::config::{HttpUrl, KubeletConfig};
+use crate::config::KubeletConfig;
 use crate::target::{Facts, Observation, PathResult, Target, TargetState};
 
 /// Directories where a kubelet unit file would be installed.
