@@ -488,6 +488,10 @@ impl Applier<'_> {
                 Some(file) => Some(Secret::read(file).map_err(|e| self.error_at(start, e))?),
             };
         }
+        self.set(
+            &mut slot.allow_password_over_http,
+            f.allow_password_over_http,
+        );
         if let Some(n) = f.node {
             slot.node = settings::node(n.get_ref()).map_err(at(&n))?;
         }

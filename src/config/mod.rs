@@ -413,6 +413,9 @@ pub struct Loaded {
     pub config: Config,
     /// The files applied over the defaults, in order (empty: built-in defaults only).
     pub sources: Vec<PathBuf>,
+    /// What is valid but unsafe (a secret file others can read), for the daemon's log and
+    /// `check-config`.
+    pub warnings: Vec<String>,
 }
 
 /// Load the configuration. `explicit` is the `--config` path: a missing explicit file is an
@@ -448,7 +451,12 @@ pub fn load(explicit: Option<&Path>) -> Result<Loaded, ConfigError> {
         sources.push(path);
     }
     check_relations(&config, main)?;
-    Ok(Loaded { config, sources })
+    let warnings = config.fleet.secret_file_warnings();
+    Ok(Loaded {
+        config,
+        sources,
+        warnings,
+    })
 }
 
 /// Parse one configuration text on its own (no drop-ins).
