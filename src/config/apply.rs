@@ -415,6 +415,21 @@ impl Applier<'_> {
                 }
             };
         }
+        if let Some(p) = m.bearer_token_file {
+            let start = p.span().start;
+            self.optional_path(
+                &mut slot.bearer_token_file,
+                "metrics.bearer_token_file",
+                Some(p),
+            )?;
+            slot.bearer_token = match &slot.bearer_token_file {
+                None => None,
+                Some(file) => Some(
+                    crate::fleet::Secret::read_for("metrics.bearer_token_file", file)
+                        .map_err(|e| self.error_at(start, e))?,
+                ),
+            };
+        }
         Ok(())
     }
 }

@@ -52,6 +52,7 @@ pub(super) struct FleetFragment {
 pub(super) struct MetricsFragment {
     pub(super) textfile: Field<String>,
     pub(super) listen: Field<String>,
+    pub(super) bearer_token_file: Field<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

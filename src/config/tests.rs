@@ -588,3 +588,57 @@ fn debug_of_fleet_settings_leaves_the_password_out() {
     assert!(shown.contains("pleg"), "{shown}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `[metrics] bearer_token_file` is read at load; a non-loopback `listen` without one, and a
+/// token file others can read, are named in warnings.
+#[test]
+fn metrics_token_and_exposure_warnings() {
+    let dir = std::env::temp_dir().join(format!("pg-metrics-cfg-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let token = dir.join("token");
+    std::fs::write(&token, "abc\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let open = parse("[metrics]\nlisten = \"0.0.0.0:9847\"\n").unwrap();
+    let w = open.metrics.warnings();
+    assert!(
+        w.len() == 1 && w[0].contains("not a loopback address"),
+        "{w:?}"
+    );
+    assert!(
+        parse("[metrics]\nlisten = \"127.0.0.1:9847\"\n")
+            .unwrap()
+            .metrics
+            .warnings()
+            .is_empty()
+    );
+    let with = parse(&format!(
+        "[metrics]\nlisten = \"0.0.0.0:9847\"\nbearer_token_file = \"{}\"\n",
+        token.display()
+    ))
+    .unwrap();
+    assert_eq!(
+        with.metrics.bearer_token.as_ref().map(|t| t.expose()),
+        Some("abc")
+    );
+    if nix::unistd::geteuid().is_root() {
+        assert!(
+            with.metrics.warnings().is_empty(),
+            "{:?}",
+            with.metrics.warnings()
+        );
+    }
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let w = with.metrics.warnings();
+    assert!(
+        w.iter().any(|m| m.contains("metrics.bearer_token_file")),
+        "{w:?}"
+    );
+    let e = parse("[metrics]\nbearer_token_file = \"/nonexistent/pg-token\"\n").unwrap_err();
+    assert!(
+        e.contains("`metrics.bearer_token_file`: cannot read"),
+        "{e}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -131,15 +131,17 @@ impl Secret {
     /// `fleet.password_file`: the password is the file's text without its final line break;
     /// an unreadable or empty file is an error naming the key.
     pub fn read(file: &Path) -> Result<Secret, String> {
+        Self::read_for("fleet.password_file", file)
+    }
+
+    /// A secret read from the file named by config key `key` (see [`Secret::read`]).
+    pub fn read_for(key: &str, file: &Path) -> Result<Secret, String> {
         let text = std::fs::read_to_string(file)
-            .map_err(|e| format!("`fleet.password_file`: cannot read {}: {e}", file.display()))?;
+            .map_err(|e| format!("`{key}`: cannot read {}: {e}", file.display()))?;
         let password = text.strip_suffix('\n').unwrap_or(&text);
         let password = password.strip_suffix('\r').unwrap_or(password);
         if password.is_empty() {
-            return Err(format!(
-                "`fleet.password_file`: {} is empty",
-                file.display()
-            ));
+            return Err(format!("`{key}`: {} is empty", file.display()));
         }
         Ok(Secret(password.to_owned()))
     }
