@@ -19,7 +19,6 @@
 //! function here takes the present as a [`Now`] and reads no clock itself.
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
@@ -550,7 +549,8 @@ impl LedgerFile {
         }
     }
 
-    /// Write the ledger atomically: temp file, fsync, rename, fsync the directory.
+    /// Write the ledger atomically ([`crate::state_file`]: temp file, fsync, rename, fsync the
+    /// directory).
     pub fn save(&self, ledger: &Ledger) -> Result<(), LedgerError> {
         let mut ledger = ledger.clone();
         ledger.format = FORMAT;
@@ -558,33 +558,13 @@ impl LedgerFile {
             path: self.path.clone(),
             source: std::io::Error::other(e),
         })?;
-        write_atomically(&self.path, &json).map_err(|source| LedgerError::Io {
-            path: self.path.clone(),
-            source,
+        crate::state_file::write(&self.path, &json, crate::state_file::KEPT).map_err(|source| {
+            LedgerError::Io {
+                path: self.path.clone(),
+                source,
+            }
         })
     }
-}
-
-/// Write `bytes` to `path` so that a reader (or a crash) sees either the old file or the new
-/// one, never a mix: temp file in the same directory, fsync, rename, fsync the directory.
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let file_name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(".{file_name}.tmp-{}", std::process::id()));
-    {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-    }
-    std::fs::rename(&tmp, path)?;
-    if let Ok(d) = std::fs::File::open(dir) {
-        let _ = d.sync_all();
-    }
-    Ok(())
 }
 
 #[cfg(test)]

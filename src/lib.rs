@@ -25,5 +25,6 @@ pub mod probe;
 #[cfg(test)]
 pub mod property_tests;
 pub mod report;
+pub mod state_file;
 pub mod systemd;
 pub mod target;

@@ -257,7 +257,7 @@ proptest! {
     #[test]
     fn journal_lines_never_panic(s in text(120), secs in any::<u64>(), frac in any::<u64>()) {
         let _ = journal_follow::parse_short_unix(&s);
-        let line = format!("{secs}.{frac} host kubelet[1]: PLEG is not healthy {s}");
+        let line = format!("{secs}.{frac} host kubelet[1]: I1202 14:00:00.000000 1 kubelet.go:1829] skipping pod synchronization - PLEG is not healthy: {s}");
         if let Some(t) = journal_follow::parse_short_unix(&line) {
             let _ = crate::clock::time_format::rfc3339(t);
         }

@@ -243,6 +243,67 @@ fn wedged_kubelet_is_restarted_once() {
     );
 }
 
+/// What a tenant's failing probe makes kubelet log (`klog.V(1).InfoS("Probe failed", ...,
+/// "output", output)`) when the probe prints kubelet's own PLEG line: logged by the kubelet
+/// unit itself, every second.
+const FORGED_PROBE: &str = r#"#!/bin/sh
+while :; do
+    printf '%s\n' 'I1202 14:00:00.000000    4242 prober.go:107] "Probe failed" probeType="Liveness" pod="tenant/evil" podUID="0c0a" containerName="c" probeResult="failure" output="I1202 14:00:00.000000 1 kubelet.go:1829] skipping pod synchronization - [PLEG is not healthy: pleg was last seen active 3m45.252087921s ago; threshold is 3m0s]"'
+    sleep 1
+done
+"#;
+
+/// A tenant must not make pleg-guard restart kubelet: kubelet's unit logging a probe failure
+/// whose output quotes the PLEG line gives no finding and no action; kubelet's own PLEG line
+/// afterwards does (pleg-guard was reading that journal all along).
+#[test]
+fn a_probe_output_quoting_the_pleg_line_restarts_nothing() {
+    let Some(env) = require_bed() else { return };
+    let bed = Bed::boot(&env, BedOptions::with_pleg_guard());
+    bed.write_file("/usr/local/bin/forged-probe", FORGED_PROBE);
+    bed.write_file(
+        "/etc/systemd/system/kubelet.service.d/forged-probe.conf",
+        "[Service]\nExecStartPost=/bin/sh -c '/bin/sh /usr/local/bin/forged-probe &'\n",
+    );
+    bed.sh_ok("systemctl daemon-reload && systemctl restart kubelet.service");
+    let kubelet = bed.main_pid("kubelet.service");
+    start(&bed, "");
+    wait_until(
+        "the forged probe lines in kubelet's journal",
+        secs(10),
+        || {
+            bed.journal(&["-u", "kubelet.service"])
+                .iter()
+                .filter(|e| field(e, "MESSAGE").is_some_and(|m| m.contains("\"Probe failed\"")))
+                .count()
+                >= 3
+        },
+    );
+    std::thread::sleep(secs(6)); // several 1 s rounds past the startup grace of FAST_ROUNDS
+    assert_eq!(
+        bed.pleg_guard_events(
+            "finding",
+            &[("PLEG_GUARD_FINDING", "kubelet-pleg-unhealthy")]
+        )
+        .len(),
+        0
+    );
+    assert_eq!(events(&bed, "action-started", None), 0);
+    assert_eq!(bed.main_pid("kubelet.service"), kubelet);
+    assert_eq!(
+        bed.status_json()["targets"]["kubelet"]["state"],
+        "ok",
+        "{:#}",
+        bed.status_json()
+    );
+    bed.kubelet_wedge();
+    bed.wait_event(
+        "finding",
+        &[("PLEG_GUARD_FINDING", "kubelet-pleg-unhealthy")],
+        secs(20),
+    );
+}
+
 #[test]
 fn observe_mode_changes_nothing() {
     let Some(env) = require_bed() else { return };

@@ -1028,11 +1028,13 @@ fn unit_is_safe_from_systemd_219_to_257() {
             "SystemCallFilter=",
             "SystemCallFilter=@system-service",
             "SystemCallFilter=~@privileged @resources",
+            "SystemCallFilter=~@mount @debug @obsolete @cpu-emulation",
         ],
         "the drop-in resets, allows @system-service, denies the rest again"
     );
     // the deny-list after the allow-list is the main unit's
     assert!(filters.contains(&"~@privileged @resources"));
+    assert!(filters.contains(&"~@mount @debug @obsolete @cpu-emulation"));
 }
 
 /// `syscall-allowlist apply` with a stand-in `systemctl` printing each version: linked from 239

@@ -579,6 +579,21 @@ fn hardened_unit_scores_at_most_2_5_and_can_still_signal_pid1() {
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| panic!("cannot read the score: {overall}"));
     assert!(score <= 2.5, "{overall}");
+    // TasksMax=64 and MemoryMax=256M are far above what the daemon uses (its threads and
+    // children, and its RSS; the bed's cgroup does no task or memory accounting of its own)
+    let pid = bed.main_pid("pleg-guard");
+    let use_ = bed.sh_ok(&format!(
+        "echo threads=$(ls /proc/{pid}/task | wc -l) children=$(pgrep -c -P {pid} || true) $(grep VmRSS /proc/{pid}/status | tr -d ' \t')"
+    ));
+    eprintln!("MEASURED {use_}");
+    let count = |key: &str| -> u64 {
+        use_.split_whitespace()
+            .find_map(|w| w.strip_prefix(key))
+            .and_then(|v| v.trim_end_matches("kB").parse().ok())
+            .unwrap_or(u64::MAX)
+    };
+    assert!(count("threads=") + count("children=") < 32, "{use_}");
+    assert!(count("VmRSS:") < 128 * 1024, "{use_}");
 
     // The reexec fallback (SIGTERM to PID 1) works inside the same sandbox.
     let before = bed.reexec_count();

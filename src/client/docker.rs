@@ -22,7 +22,7 @@ use bollard::query_parameters::{
 };
 use futures_util::StreamExt;
 
-use super::log_lines::{LastMatch, LineAssembler};
+use super::log_lines::{LastMatch, LineAssembler, LineMatch};
 use super::{Error, ErrorKind};
 use crate::target::ContainerRef;
 
@@ -119,7 +119,7 @@ pub async fn last_log_line(
     docker: &Docker,
     name: &str,
     since: SystemTime,
-    marker: &str,
+    matches: LineMatch,
 ) -> Result<Option<String>, Error> {
     // docker's `since` is whole seconds: round up, so that the last lines of a wedged instance
     // written in the second kubelet was restarted do not count against the new one.
@@ -140,7 +140,7 @@ pub async fn last_log_line(
         ..Default::default()
     };
     let mut stream = docker.logs(name, Some(options));
-    let mut scan = LogScan::new(marker);
+    let mut scan = LogScan::new(matches);
     while let Some(chunk) = stream.next().await {
         scan.push(&chunk?);
     }
@@ -150,17 +150,17 @@ pub async fn last_log_line(
 /// Finds the last line holding a marker in docker's log stream, whose frames split lines
 /// anywhere: each stream (stdout, stderr, a TTY's console) is joined into whole lines on its
 /// own.
-pub struct LogScan<'m> {
+pub struct LogScan {
     streams: [LineAssembler; 4],
-    last: LastMatch<'m>,
+    last: LastMatch,
 }
 
-impl<'m> LogScan<'m> {
+impl LogScan {
     /// Nothing read yet.
-    pub fn new(marker: &'m str) -> Self {
+    pub fn new(matches: LineMatch) -> Self {
         LogScan {
             streams: Default::default(),
-            last: LastMatch::new(marker),
+            last: LastMatch::new(matches),
         }
     }
 

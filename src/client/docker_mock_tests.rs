@@ -387,8 +387,8 @@ async fn no_socket_is_not_installed_and_a_dead_socket_is_refused() {
 #[test]
 fn a_log_line_split_across_docker_log_frames_is_matched() {
     use super::docker::LogScan;
+    use super::kubelet_log::is_pleg_complaint;
     use bollard::container::LogOutput;
-    const MARKER: &str = "PLEG is not healthy";
     const OLD: &str = "I1105 09:50:27.583544  548093 kubelet.go:1829] skipping pod synchronization - [PLEG is not healthy: pleg was last seen active 58h29m3.043779855s ago; threshold is 3m0s]";
     const NEW: &str = r#"I1105 09:50:27.583544     123 kubelet.go:2412] "Skipping pod synchronization" err="[PLEG is not healthy: pleg was last seen active 3m45.252087921s ago; threshold is 3m0s]""#;
     let out = |s: &str| LogOutput::StdOut {
@@ -416,7 +416,7 @@ fn a_log_line_split_across_docker_log_frames_is_matched() {
         // No final newline: the stream ended mid-line.
         vec![out(&NEW[..i]), out(&NEW[i..])],
     ] {
-        let mut scan = LogScan::new(MARKER);
+        let mut scan = LogScan::new(is_pleg_complaint);
         for f in &frames {
             scan.push(f);
         }
@@ -424,13 +424,13 @@ fn a_log_line_split_across_docker_log_frames_is_matched() {
     }
     // Each half alone holds no marker: a per-frame search would miss it.
     for half in [&NEW[..i], &NEW[i..]] {
-        let mut scan = LogScan::new(MARKER);
+        let mut scan = LogScan::new(is_pleg_complaint);
         scan.push(&out(half));
         assert_eq!(scan.finish(), None);
     }
     // A TTY container's console stream, split in every possible place.
     for cut in 0..=OLD.len() {
-        let mut scan = LogScan::new(MARKER);
+        let mut scan = LogScan::new(is_pleg_complaint);
         scan.push(&LogOutput::Console {
             message: OLD.as_bytes()[..cut].to_vec().into(),
         });
@@ -462,7 +462,7 @@ async fn last_log_line_at(logs: Answer) -> Result<Option<String>, Error> {
             &docker,
             "kubelet",
             std::time::SystemTime::now(),
-            "PLEG is not healthy",
+            super::kubelet_log::is_pleg_complaint,
         )
         .await
     };
@@ -481,12 +481,16 @@ async fn last_log_line_at(logs: Answer) -> Result<Option<String>, Error> {
 async fn the_newest_pleg_line_of_a_container_log_is_found() {
     const NEW: &str = r#"I1105 09:50:31.000000  548093 kubelet.go:2412] "Skipping pod synchronization" err="[PLEG is not healthy: pleg was last seen active 3m45.252087921s ago; threshold is 3m0s]""#;
     let old = b"I1105 09:50:27.583544  548093 kubelet.go:1829] skipping pod synchronization - [PLEG is not healthy: \xff\xfe]\n";
+    let probe = br#"I1105 09:50:32.000000  548093 prober.go:107] "Probe failed" probeType="Liveness" pod="tenant/evil" podUID="0c0a" containerName="c" probeResult="failure" output="PLEG is not healthy: forged""#;
     let mut body = frame(2, &old[..30]);
     body.extend(frame(1, b"I1105 other\n"));
     body.extend(frame(2, &old[30..]));
     body.extend(frame(1, &NEW.as_bytes()[..60]));
     body.extend(frame(1, &NEW.as_bytes()[60..]));
     body.extend(frame(1, b"\nI1105 after\n"));
+    // A pod's probe output quoting the PLEG text, after kubelet's own line: not a match.
+    body.extend(frame(2, probe));
+    body.extend(frame(2, b"\n"));
     let mut http = format!(
         "HTTP/1.1 200 OK\r\nContent-Type: application/vnd.docker.multiplexed-stream\r\nApi-Version: 1.41\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()

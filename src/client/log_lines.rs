@@ -5,7 +5,8 @@
 //! character). [`LineAssembler`] joins the pieces, hands out each line once it is complete,
 //! and keeps at most [`MAX_LINE`] bytes of any one line (the rest of an overlong line is
 //! dropped, so a stream without newlines cannot grow memory without bound). [`LastMatch`]
-//! keeps the newest line that holds a marker, the fact the kubelet log readers report.
+//! keeps the newest line a [`LineMatch`] accepts (kubelet's own PLEG complaint,
+//! [`super::kubelet_log`]), the fact the kubelet log readers report.
 //!
 //! Shared by the journal ([`super::journal`]) and docker ([`super::docker`]) log readers.
 
@@ -75,22 +76,28 @@ impl LineAssembler {
 /// The most characters kept of a matching line.
 pub const MAX_MATCH_CHARS: usize = 400;
 
-/// The newest line holding a marker (its first [`MAX_MATCH_CHARS`] characters).
+/// Whether one log line (as the program wrote it, without a journal prefix) is the one sought.
+pub type LineMatch = fn(&str) -> bool;
+
+/// The newest line a [`LineMatch`] accepts (its first [`MAX_MATCH_CHARS`] characters).
 #[derive(Debug)]
-pub struct LastMatch<'m> {
-    marker: &'m str,
+pub struct LastMatch {
+    matches: LineMatch,
     last: Option<String>,
 }
 
-impl<'m> LastMatch<'m> {
+impl LastMatch {
     /// Nothing matched yet.
-    pub fn new(marker: &'m str) -> Self {
-        LastMatch { marker, last: None }
+    pub fn new(matches: LineMatch) -> Self {
+        LastMatch {
+            matches,
+            last: None,
+        }
     }
 
-    /// Keep `line` if it holds the marker.
+    /// Keep `line` if it matches.
     pub fn note(&mut self, line: &str) {
-        if line.contains(self.marker) {
+        if (self.matches)(line) {
             self.last = Some(line.chars().take(MAX_MATCH_CHARS).collect());
         }
     }

@@ -19,6 +19,7 @@ pub mod docker;
 pub mod docker_transport;
 pub mod journal;
 pub mod kubelet;
+pub mod kubelet_log;
 pub mod log_lines;
 pub mod logind;
 pub mod p2p;

@@ -19,6 +19,9 @@ pub fn main(args: CheckConfigArgs) -> ExitCode {
             for source in &loaded.sources {
                 println!("{}: ok", source.display());
             }
+            for w in &loaded.warnings {
+                eprintln!("warning: {w}");
+            }
             if args.connect {
                 return connect(&loaded.config);
             }

@@ -92,7 +92,7 @@ fn temporary(args: &NpdCheckArgs, rule: Temporary) -> Verdict {
     if let Some(next) = report.cursor {
         let saved = serde_json::to_vec(&next)
             .map_err(std::io::Error::other)
-            .and_then(|json| ledger::write_atomically(&path, &json));
+            .and_then(|json| crate::state_file::write(&path, &json, crate::state_file::KEPT));
         if let Err(e) = saved {
             return Verdict::unknown(format!("{}: cannot save: {e}", path.display()));
         }

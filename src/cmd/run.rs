@@ -13,6 +13,9 @@ pub fn main(args: RunArgs) -> ExitCode {
         Ok(l) => l,
         Err(code) => return code,
     };
+    for w in &loaded.warnings {
+        tracing::warn!("configuration: {w}");
+    }
     let runtime = match super::runtime(1) {
         Ok(r) => r,
         Err(code) => return code,

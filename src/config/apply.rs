@@ -415,6 +415,21 @@ impl Applier<'_> {
                 }
             };
         }
+        if let Some(p) = m.bearer_token_file {
+            let start = p.span().start;
+            self.optional_path(
+                &mut slot.bearer_token_file,
+                "metrics.bearer_token_file",
+                Some(p),
+            )?;
+            slot.bearer_token = match &slot.bearer_token_file {
+                None => None,
+                Some(file) => Some(
+                    crate::fleet::Secret::read_for("metrics.bearer_token_file", file)
+                        .map_err(|e| self.error_at(start, e))?,
+                ),
+            };
+        }
         Ok(())
     }
 }
@@ -488,6 +503,10 @@ impl Applier<'_> {
                 Some(file) => Some(Secret::read(file).map_err(|e| self.error_at(start, e))?),
             };
         }
+        self.set(
+            &mut slot.allow_password_over_http,
+            f.allow_password_over_http,
+        );
         if let Some(n) = f.node {
             slot.node = settings::node(n.get_ref()).map_err(at(&n))?;
         }

@@ -42,6 +42,7 @@ pub(super) struct FleetFragment {
     pub(super) key_file: Field<String>,
     pub(super) username: Field<String>,
     pub(super) password_file: Field<String>,
+    pub(super) allow_password_over_http: Field<bool>,
     pub(super) node: Field<String>,
     pub(super) prefix: Field<String>,
 }
@@ -51,6 +52,7 @@ pub(super) struct FleetFragment {
 pub(super) struct MetricsFragment {
     pub(super) textfile: Field<String>,
     pub(super) listen: Field<String>,
+    pub(super) bearer_token_file: Field<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

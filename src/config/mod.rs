@@ -177,6 +177,32 @@ pub struct MetricsConfig {
     pub textfile: Option<PathBuf>,
     /// `listen`: address of the `/metrics` endpoint (None: `""`, off).
     pub listen: Option<std::net::SocketAddr>,
+    /// `bearer_token_file`: the file the token was read from (None: `""`, no token asked).
+    pub bearer_token_file: Option<PathBuf>,
+    /// The token `/metrics` requires (`Authorization: Bearer <token>`), read at load.
+    pub bearer_token: Option<crate::fleet::Secret>,
+}
+
+impl MetricsConfig {
+    /// Warnings about a valid but exposed endpoint: on a non-loopback address without a token
+    /// (anyone who reaches the node reads it), a token file others can read.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut w = Vec::new();
+        if let Some(addr) = self.listen {
+            if !addr.ip().is_loopback() && self.bearer_token.is_none() {
+                w.push(format!(
+                    "`metrics.listen` = \"{addr}\" is not a loopback address and no `metrics.bearer_token_file` is set: whoever reaches {addr} reads the metrics (the unit's IPAddressDeny= needs a drop-in for a remote scraper, and does not filter at all without cgroup v2)"
+                ));
+            }
+        }
+        if let Some(file) = &self.bearer_token_file {
+            w.extend(crate::fleet::settings::secret_file_exposure(
+                "metrics.bearer_token_file",
+                file,
+            ));
+        }
+        w
+    }
 }
 
 /// `[probe]`.
@@ -393,6 +419,8 @@ impl Default for Config {
             metrics: MetricsConfig {
                 textfile: Some(PathBuf::from(DEFAULT_METRICS_TEXTFILE)),
                 listen: None,
+                bearer_token_file: None,
+                bearer_token: None,
             },
             fleet: FleetConfig::default(),
         }
@@ -439,6 +467,9 @@ pub struct Loaded {
     pub config: Config,
     /// The files applied over the defaults, in order (empty: built-in defaults only).
     pub sources: Vec<PathBuf>,
+    /// What is valid but unsafe (a secret file others can read), for the daemon's log and
+    /// `check-config`.
+    pub warnings: Vec<String>,
 }
 
 /// Load the configuration. `explicit` is the `--config` path: a missing explicit file is an
@@ -474,7 +505,13 @@ pub fn load(explicit: Option<&Path>) -> Result<Loaded, ConfigError> {
         sources.push(path);
     }
     check_relations(&config, main)?;
-    Ok(Loaded { config, sources })
+    let mut warnings = config.fleet.secret_file_warnings();
+    warnings.extend(config.metrics.warnings());
+    Ok(Loaded {
+        config,
+        sources,
+        warnings,
+    })
 }
 
 /// Parse one configuration text on its own (no drop-ins).

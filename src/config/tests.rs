@@ -518,3 +518,136 @@ fn thresholds_come_from_the_config() {
     assert_eq!(t.preempt_headroom, 20_000_000);
     assert_eq!(t.preempt_before, std::time::Duration::from_secs(6 * 3600));
 }
+
+/// A password over plain http to another host is refused unless `allow_password_over_http`
+/// says so; loopback is fine; an endpoint's `user:password@` is never echoed; a password file
+/// others can read is named in a warning.
+#[test]
+fn etcd_passwords_stay_off_cleartext_networks() {
+    let dir = std::env::temp_dir().join(format!("pg-fleet-http-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let pw = dir.join("pw");
+    std::fs::write(&pw, "s3cret\n").unwrap();
+    let with = |endpoint: &str, extra: &str| {
+        format!(
+            "[fleet]\netcd_endpoints = [\"{endpoint}\"]\nusername = \"u\"\npassword_file = \"{}\"\n{extra}",
+            pw.display()
+        )
+    };
+    let e = parse(&with("http://10.0.0.5:2379", "")).unwrap_err();
+    assert!(
+        e.contains("cleartext") && e.contains("`fleet.allow_password_over_http = true`"),
+        "{e}"
+    );
+    assert!(
+        parse(&with(
+            "http://10.0.0.5:2379",
+            "allow_password_over_http = true\n"
+        ))
+        .is_ok()
+    );
+    for local in [
+        "http://127.0.0.1:2379",
+        "http://[::1]:2379",
+        "http://localhost:2379",
+    ] {
+        assert!(parse(&with(local, "")).is_ok(), "{local}");
+    }
+    assert!(parse(&with("https://10.0.0.5:2379", "")).is_ok());
+    // no password: plain http is the operator's business
+    assert!(parse("[fleet]\netcd_endpoints = [\"http://10.0.0.5:2379\"]\n").is_ok());
+
+    let e =
+        parse("[fleet]\netcd_endpoints = [\"http://pleg:hunter2@10.0.0.5:2379\"]\n").unwrap_err();
+    assert!(!e.contains("hunter2") && !e.contains("pleg:"), "{e}");
+    assert!(e.contains("http://***@10.0.0.5:2379"), "{e}");
+
+    use std::os::unix::fs::PermissionsExt;
+    let c = parse(&with("https://10.0.0.5:2379", "")).unwrap();
+    std::fs::set_permissions(&pw, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let w = c.fleet.secret_file_warnings();
+    assert!(
+        w.len() == 1 && w[0].contains("fleet.password_file") && w[0].contains("0644"),
+        "{w:?}"
+    );
+    std::fs::set_permissions(&pw, std::fs::Permissions::from_mode(0o600)).unwrap();
+    if nix::unistd::geteuid().is_root() {
+        assert_eq!(c.fleet.secret_file_warnings(), Vec::<String>::new());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The settings handed to the etcd client print the user but not the password.
+#[test]
+fn debug_of_fleet_settings_leaves_the_password_out() {
+    let dir = std::env::temp_dir().join(format!("pg-fleet-dbg-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let pw = dir.join("pw");
+    std::fs::write(&pw, "hunter2-secret\n").unwrap();
+    let c = parse(&format!(
+        "[fleet]\netcd_endpoints = [\"https://10.0.0.5:2379\"]\nusername = \"pleg\"\npassword_file = \"{}\"\n",
+        pw.display()
+    ))
+    .unwrap();
+    let s = crate::fleet::FleetSettings::from_config(&c.fleet, Duration::from_secs(1)).unwrap();
+    let shown = format!("{s:?}");
+    assert!(!shown.contains("hunter2"), "{shown}");
+    assert!(shown.contains("pleg"), "{shown}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `[metrics] bearer_token_file` is read at load; a non-loopback `listen` without one, and a
+/// token file others can read, are named in warnings.
+#[test]
+fn metrics_token_and_exposure_warnings() {
+    let dir = std::env::temp_dir().join(format!("pg-metrics-cfg-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let token = dir.join("token");
+    std::fs::write(&token, "abc\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let open = parse("[metrics]\nlisten = \"0.0.0.0:9847\"\n").unwrap();
+    let w = open.metrics.warnings();
+    assert!(
+        w.len() == 1 && w[0].contains("not a loopback address"),
+        "{w:?}"
+    );
+    assert!(
+        parse("[metrics]\nlisten = \"127.0.0.1:9847\"\n")
+            .unwrap()
+            .metrics
+            .warnings()
+            .is_empty()
+    );
+    let with = parse(&format!(
+        "[metrics]\nlisten = \"0.0.0.0:9847\"\nbearer_token_file = \"{}\"\n",
+        token.display()
+    ))
+    .unwrap();
+    assert_eq!(
+        with.metrics.bearer_token.as_ref().map(|t| t.expose()),
+        Some("abc")
+    );
+    if nix::unistd::geteuid().is_root() {
+        assert!(
+            with.metrics.warnings().is_empty(),
+            "{:?}",
+            with.metrics.warnings()
+        );
+    }
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let w = with.metrics.warnings();
+    assert!(
+        w.iter().any(|m| m.contains("metrics.bearer_token_file")),
+        "{w:?}"
+    );
+    let e = parse("[metrics]\nbearer_token_file = \"/nonexistent/pg-token\"\n").unwrap_err();
+    assert!(
+        e.contains("`metrics.bearer_token_file`: cannot read"),
+        "{e}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

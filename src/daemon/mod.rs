@@ -226,6 +226,9 @@ impl Daemon {
                 None
             }
             Ok(loaded) => {
+                for w in &loaded.warnings {
+                    tracing::warn!("reload: configuration: {w}");
+                }
                 let new = loaded.config;
                 let interval_changed =
                     (new.interval != self.config.interval).then_some(new.interval);

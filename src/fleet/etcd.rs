@@ -33,10 +33,26 @@ const VERDICT_WAIT: Duration = Duration::from_millis(300);
 #[derive(Debug, Clone, Default)]
 pub struct TlsMaterial(Option<Pem>);
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 struct Pem {
     ca: Vec<u8>,
     identity: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+/// Sizes only: the key's bytes are never printed.
+impl std::fmt::Debug for Pem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pem")
+            .field("ca", &format_args!("{} bytes", self.ca.len()))
+            .field(
+                "identity",
+                &self
+                    .identity
+                    .as_ref()
+                    .map(|(cert, _)| format!("certificate {} bytes, key redacted", cert.len())),
+            )
+            .finish()
+    }
 }
 
 fn read_file(path: &std::path::Path, what: &str) -> Result<Vec<u8>, FleetError> {
@@ -517,6 +533,21 @@ impl Connection {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The key's bytes never reach a Debug print (a log line, a panic message).
+    #[test]
+    fn debug_of_tls_material_leaves_the_key_out() {
+        let pem = Pem {
+            ca: b"-----BEGIN CERTIFICATE-----CA".to_vec(),
+            identity: Some((
+                b"-----BEGIN CERTIFICATE-----CERT".to_vec(),
+                b"-----BEGIN PRIVATE KEY-----SECRETKEYBYTES".to_vec(),
+            )),
+        };
+        let shown = format!("{:?}", TlsMaterial(Some(pem)));
+        assert!(!shown.contains("SECRETKEYBYTES"), "{shown}");
+        assert!(shown.contains("key redacted"), "{shown}");
+    }
 
     #[test]
     fn codes_sort_errors_not_their_text() {

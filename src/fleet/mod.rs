@@ -114,8 +114,8 @@ pub struct TlsFiles {
     pub key_file: Option<PathBuf>,
 }
 
-/// What the fleet handle needs, from `[fleet]`.
-#[derive(Debug, Clone)]
+/// What the fleet handle needs, from `[fleet]` (its Debug leaves the password out).
+#[derive(Clone)]
 pub struct FleetSettings {
     /// etcd's client URLs.
     pub endpoints: Vec<String>,
@@ -135,6 +135,22 @@ pub struct FleetSettings {
     pub tls: Option<TlsFiles>,
     /// etcd user and password.
     pub auth: Option<(String, String)>,
+}
+
+impl std::fmt::Debug for FleetSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FleetSettings")
+            .field("endpoints", &self.endpoints)
+            .field("group", &self.group)
+            .field("prefix", &self.prefix)
+            .field("node", &self.node)
+            .field("max_disruptive", &self.max_disruptive)
+            .field("lease_ttl", &self.lease_ttl)
+            .field("request_timeout", &self.request_timeout)
+            .field("tls", &self.tls)
+            .field("auth", &self.auth.as_ref().map(|(user, _)| (user, "..")))
+            .finish()
+    }
 }
 
 impl FleetSettings {

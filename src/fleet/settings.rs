@@ -131,15 +131,17 @@ impl Secret {
     /// `fleet.password_file`: the password is the file's text without its final line break;
     /// an unreadable or empty file is an error naming the key.
     pub fn read(file: &Path) -> Result<Secret, String> {
+        Self::read_for("fleet.password_file", file)
+    }
+
+    /// A secret read from the file named by config key `key` (see [`Secret::read`]).
+    pub fn read_for(key: &str, file: &Path) -> Result<Secret, String> {
         let text = std::fs::read_to_string(file)
-            .map_err(|e| format!("`fleet.password_file`: cannot read {}: {e}", file.display()))?;
+            .map_err(|e| format!("`{key}`: cannot read {}: {e}", file.display()))?;
         let password = text.strip_suffix('\n').unwrap_or(&text);
         let password = password.strip_suffix('\r').unwrap_or(password);
         if password.is_empty() {
-            return Err(format!(
-                "`fleet.password_file`: {} is empty",
-                file.display()
-            ));
+            return Err(format!("`{key}`: {} is empty", file.display()));
         }
         Ok(Secret(password.to_owned()))
     }
@@ -178,6 +180,9 @@ pub struct FleetConfig {
     pub password_file: Option<PathBuf>,
     /// The password read from `password_file` when the configuration was loaded.
     pub password: Option<Secret>,
+    /// `allow_password_over_http`: accept `username`/`password_file` with plain-http
+    /// endpoints off this host (the password then crosses the network in cleartext).
+    pub allow_password_over_http: bool,
     /// `node`: this node's name in the group (None: the host name).
     pub node: Option<String>,
     /// `prefix`: the etcd key prefix.
@@ -217,6 +222,7 @@ impl Default for FleetConfig {
             username: None,
             password_file: None,
             password: None,
+            allow_password_over_http: false,
             node: None,
             prefix: DEFAULT_FLEET_PREFIX.to_owned(),
         }
@@ -240,9 +246,16 @@ pub fn check_endpoint(s: &str) -> Result<(), String> {
         .or_else(|| s.strip_prefix("http://"))
         .ok_or_else(|| format!("\"{s}\" is not an http:// or https:// URL"))?;
     let authority = rest.strip_suffix('/').unwrap_or(rest);
-    if authority.contains('/') || authority.contains('?') || authority.contains('@') {
+    if authority.contains('@') {
+        // never echo what may be `user:password@`
         return Err(format!(
-            "\"{s}\" must be scheme://host:port only (no path, query or user)"
+            "\"{}\" must be scheme://host:port only (no user or password: use `fleet.username` and `fleet.password_file`)",
+            redact_userinfo(s)
+        ));
+    }
+    if authority.contains('/') || authority.contains('?') {
+        return Err(format!(
+            "\"{s}\" must be scheme://host:port only (no path or query)"
         ));
     }
     let (host, port) = authority
@@ -276,6 +289,17 @@ impl FleetConfig {
                     .to_owned(),
             );
         }
+        if f.username.is_some() && !f.allow_password_over_http {
+            if let Some(plain) = f
+                .etcd_endpoints
+                .iter()
+                .find(|e| e.starts_with("http://") && !endpoint_is_loopback(e))
+            {
+                return Err(format!(
+                    "`fleet.username`/`fleet.password_file` with the plain-http endpoint \"{plain}\": the password would cross the network in cleartext; use https:// endpoints, or set `fleet.allow_password_over_http = true` to accept that"
+                ));
+            }
+        }
         let tls = f.ca_file.is_some() || f.cert_file.is_some();
         if let Some(plain) = f.etcd_endpoints.iter().find(|e| e.starts_with("http://")) {
             if tls {
@@ -290,6 +314,66 @@ impl FleetConfig {
             }
         }
         Ok(())
+    }
+}
+
+/// `scheme://user:password@rest` as `scheme://***@rest`: an endpoint fit for a message.
+pub fn redact_userinfo(endpoint: &str) -> String {
+    let (scheme, rest) = endpoint.split_once("://").unwrap_or(("", endpoint));
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => {
+            let sep = if scheme.is_empty() { "" } else { "://" };
+            format!("{scheme}{sep}***{}", &rest[at..])
+        }
+        None => endpoint.to_owned(),
+    }
+}
+
+/// Whether an `http(s)://host:port` endpoint is on this host (127.0.0.0/8, ::1, localhost):
+/// nothing sent to it crosses a network.
+pub fn endpoint_is_loopback(endpoint: &str) -> bool {
+    let rest = endpoint.split_once("://").map_or(endpoint, |(_, r)| r);
+    let host = rest
+        .rsplit_once(':')
+        .map_or(rest, |(h, _)| h)
+        .trim_start_matches('[')
+        .trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Why a file holding a secret (`fleet.password_file`, `fleet.key_file`) is exposed: readable
+/// by group or others, or owned by someone other than root; `None` when it is not (or cannot
+/// be looked at: reading it reports that).
+pub fn secret_file_exposure(key: &str, file: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(file).ok()?;
+    let mode = m.mode() & 0o7777;
+    let mut why = Vec::new();
+    if mode & 0o044 != 0 {
+        why.push(format!(
+            "readable by group or others (mode {mode:04o}: chmod 0600)"
+        ));
+    }
+    if m.uid() != 0 {
+        why.push(format!("owned by uid {}, not root (chown root)", m.uid()));
+    }
+    (!why.is_empty()).then(|| format!("`{key}` {}: {}", file.display(), why.join("; ")))
+}
+
+impl FleetConfig {
+    /// Warnings about the files holding this node's secrets (see [`secret_file_exposure`]).
+    pub fn secret_file_warnings(&self) -> Vec<String> {
+        [
+            ("fleet.password_file", &self.password_file),
+            ("fleet.key_file", &self.key_file),
+        ]
+        .into_iter()
+        .filter_map(|(key, file)| secret_file_exposure(key, file.as_deref()?))
+        .collect()
     }
 }
 

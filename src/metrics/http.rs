@@ -4,13 +4,17 @@
 //! It never blocks the daemon loop and the loop never blocks it: the loop replaces the text in
 //! a watch channel (no await, no lock held across I/O), and each connection is its own task
 //! that clones the current text and writes it. Every connection is bounded: at most
-//! [`MAX_CONNECTIONS`] at once (more are closed at once), a request head of at most
-//! [`MAX_REQUEST_HEAD`] bytes, and [`CONNECTION_DEADLINE`] for the whole exchange, so a slow or
-//! stuck scraper costs one task and a socket for a few seconds and nothing else.
+//! [`MAX_CONNECTIONS`] at once and [`MAX_PER_PEER`] from one peer (an IPv4 address or an IPv6
+//! /64; more are closed at once), a request head of at most [`MAX_REQUEST_HEAD`] bytes that
+//! must arrive within [`HEAD_TIMEOUT`], and [`CONNECTION_DEADLINE`] for the whole exchange: a
+//! peer holding idle connections can neither fill every slot nor keep one long, so it cannot
+//! starve a real scrape from elsewhere. With `[metrics] bearer_token_file` every request must
+//! carry `Authorization: Bearer <token>` (as node_exporter's web config asks), or gets 401.
 //! One request per connection (`Connection: close`); `GET` and `HEAD` only.
 
-use std::net::SocketAddr;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -19,9 +23,14 @@ use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinHandle;
 
 use super::Rendered;
+use crate::fleet::Secret;
 
 /// Connections served at once; more are closed without an answer.
-pub const MAX_CONNECTIONS: usize = 8;
+pub const MAX_CONNECTIONS: usize = 16;
+/// Connections served at once from one peer (an IPv4 address, an IPv6 /64).
+pub const MAX_PER_PEER: usize = 4;
+/// How long a connection may take to send its whole request head (a scraper sends it at once).
+pub const HEAD_TIMEOUT: Duration = Duration::from_secs(2);
 /// The longest request head (request line and headers) read.
 pub const MAX_REQUEST_HEAD: usize = 8 * 1024;
 /// The whole exchange, from accept to the last byte written.
@@ -56,18 +65,38 @@ pub struct Server {
     task: JoinHandle<()>,
 }
 
+/// The bounds of one server (see the module doc).
+#[derive(Debug, Clone, Copy)]
+struct Limits {
+    max_connections: usize,
+    per_peer: usize,
+    head_timeout: Duration,
+    deadline: Duration,
+}
+
+const LIMITS: Limits = Limits {
+    max_connections: MAX_CONNECTIONS,
+    per_peer: MAX_PER_PEER,
+    head_timeout: HEAD_TIMEOUT,
+    deadline: CONNECTION_DEADLINE,
+};
+
 impl Server {
-    /// Bind `addr` and serve `initial` until [`update`](Self::update) replaces it. Must be
-    /// called inside a tokio runtime (the daemon's).
-    pub fn start(addr: SocketAddr, initial: Arc<Rendered>) -> Result<Server, ServeError> {
-        Self::start_with(addr, initial, MAX_CONNECTIONS, CONNECTION_DEADLINE)
+    /// Bind `addr` and serve `initial` until [`update`](Self::update) replaces it, asking for
+    /// `token` when one is given. Must be called inside a tokio runtime (the daemon's).
+    pub fn start(
+        addr: SocketAddr,
+        initial: Arc<Rendered>,
+        token: Option<Secret>,
+    ) -> Result<Server, ServeError> {
+        Self::start_with(addr, initial, token, LIMITS)
     }
 
     fn start_with(
         addr: SocketAddr,
         initial: Arc<Rendered>,
-        max_connections: usize,
-        deadline: Duration,
+        token: Option<Secret>,
+        limits: Limits,
     ) -> Result<Server, ServeError> {
         let handle =
             tokio::runtime::Handle::try_current().map_err(|_| ServeError::NoRuntime(addr))?;
@@ -80,7 +109,7 @@ impl Server {
         };
         let addr = listener.local_addr().map_err(bind)?;
         let (tx, rx) = watch::channel(initial);
-        let task = handle.spawn(accept_loop(listener, rx, max_connections, deadline));
+        let task = handle.spawn(accept_loop(listener, rx, token.map(Arc::new), limits));
         Ok(Server { addr, tx, task })
     }
 
@@ -101,16 +130,69 @@ impl Drop for Server {
     }
 }
 
+/// The key a peer's connections are counted under: its IPv4 address, its IPv6 /64 (one host
+/// commonly holds a whole /64).
+fn peer_key(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let s = v6.segments();
+                IpAddr::V6(std::net::Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
+            }
+        },
+        v4 => v4,
+    }
+}
+
+/// Connections per peer; an entry leaves when its last connection ends.
+type PeerCounts = Arc<Mutex<HashMap<IpAddr, usize>>>;
+
+/// One peer's connection, counted until dropped.
+struct PeerSlot {
+    counts: PeerCounts,
+    key: IpAddr,
+}
+
+impl PeerSlot {
+    fn take(counts: &PeerCounts, key: IpAddr, max: usize) -> Option<PeerSlot> {
+        let mut map = counts.lock().ok()?;
+        let n = map.entry(key).or_insert(0);
+        if *n >= max {
+            return None;
+        }
+        *n += 1;
+        Some(PeerSlot {
+            counts: Arc::clone(counts),
+            key,
+        })
+    }
+}
+
+impl Drop for PeerSlot {
+    fn drop(&mut self) {
+        if let Ok(mut map) = self.counts.lock() {
+            if let Some(n) = map.get_mut(&self.key) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    map.remove(&self.key);
+                }
+            }
+        }
+    }
+}
+
 async fn accept_loop(
     listener: TcpListener,
     rx: watch::Receiver<Arc<Rendered>>,
-    max_connections: usize,
-    deadline: Duration,
+    token: Option<Arc<Secret>>,
+    limits: Limits,
 ) {
-    let slots = Arc::new(Semaphore::new(max_connections));
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let peers: PeerCounts = Arc::default();
     loop {
-        let stream = match listener.accept().await {
-            Ok((stream, _peer)) => stream,
+        let (stream, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
             Err(e) => {
                 // Out of file descriptors and the like: do not spin.
                 tracing::debug!("metrics: accept: {e}");
@@ -118,41 +200,96 @@ async fn accept_loop(
                 continue;
             }
         };
+        let Some(peer_slot) = PeerSlot::take(&peers, peer_key(peer.ip()), limits.per_peer) else {
+            drop(stream); // this peer holds its share: close at once
+            continue;
+        };
         let Ok(permit) = Arc::clone(&slots).try_acquire_owned() else {
             drop(stream); // busy: close at once
             continue;
         };
         let current = rx.borrow().clone();
+        let token = token.clone();
         tokio::spawn(async move {
-            let _ = tokio::time::timeout(deadline, handle(stream, current)).await;
+            let _ = tokio::time::timeout(
+                limits.deadline,
+                handle(stream, current, token.as_deref(), limits.head_timeout),
+            )
+            .await;
             drop(permit);
+            drop(peer_slot);
         });
     }
 }
 
-/// One exchange: read the request head, answer, close.
-async fn handle(mut stream: TcpStream, rendered: Arc<Rendered>) -> std::io::Result<()> {
-    let mut buf = Vec::with_capacity(1024);
-    let mut chunk = [0u8; 1024];
-    let head_len = loop {
-        if let Some(end) = head_end(&buf) {
-            break Some(end);
-        }
-        if buf.len() >= MAX_REQUEST_HEAD {
-            break None;
-        }
-        let n = stream.read(&mut chunk).await?;
-        if n == 0 {
-            return Ok(()); // closed before a whole request
-        }
-        buf.extend_from_slice(&chunk[..n]);
+/// One exchange: read the request head (within `head_timeout`), answer, close.
+async fn handle(
+    mut stream: TcpStream,
+    rendered: Arc<Rendered>,
+    token: Option<&Secret>,
+    head_timeout: Duration,
+) -> std::io::Result<()> {
+    let Ok(head) = tokio::time::timeout(head_timeout, read_head(&mut stream)).await else {
+        return Ok(()); // too slow to say what it wants: closed
     };
-    let response = match head_len {
-        None => respond(431, "text/plain", "request head too large\n", &[], false),
-        Some(end) => answer(&String::from_utf8_lossy(&buf[..end]), &rendered),
+    let response = match head? {
+        None => return Ok(()), // closed before a whole request
+        Some(Err(())) => respond(431, "text/plain", "request head too large\n", &[], false),
+        Some(Ok(head)) => match token {
+            Some(t) if !authorized(&head, t) => respond(
+                401,
+                "text/plain",
+                "unauthorized\n",
+                &[("WWW-Authenticate", "Bearer")],
+                false,
+            ),
+            _ => answer(&head, &rendered),
+        },
     };
     stream.write_all(&response).await?;
     stream.shutdown().await
+}
+
+/// The request head (`Err`: longer than [`MAX_REQUEST_HEAD`]); `None` when the peer closed
+/// before sending a whole one.
+async fn read_head(stream: &mut TcpStream) -> std::io::Result<Option<Result<String, ()>>> {
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 1024];
+    loop {
+        if let Some(end) = head_end(&buf) {
+            return Ok(Some(Ok(String::from_utf8_lossy(&buf[..end]).into_owned())));
+        }
+        if buf.len() >= MAX_REQUEST_HEAD {
+            return Ok(Some(Err(())));
+        }
+        let n = stream.read(&mut chunk).await?;
+        if n == 0 {
+            return Ok(None);
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// Whether the head carries `Authorization: Bearer <token>` (compared in constant time).
+fn authorized(head: &str, token: &Secret) -> bool {
+    head.lines()
+        .skip(1)
+        .filter_map(|l| l.split_once(':'))
+        .filter(|(k, _)| k.trim().eq_ignore_ascii_case("authorization"))
+        .filter_map(|(_, v)| {
+            let v = v.trim();
+            let (scheme, rest) = v.split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
+        })
+        .any(|given| constant_time_eq(given.as_bytes(), token.expose().as_bytes()))
+}
+
+/// Equal, in a time that depends on the lengths only.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// Where the request head ends (after the blank line), if it has.
@@ -234,6 +371,7 @@ fn respond(
     let reason = match status {
         200 => "OK",
         400 => "Bad Request",
+        401 => "Unauthorized",
         404 => "Not Found",
         405 => "Method Not Allowed",
         _ => "Request Header Fields Too Large",
@@ -284,7 +422,7 @@ mod tests {
     #[test]
     fn serves_the_latest_text_in_the_format_asked_for() {
         runtime().block_on(async {
-            let server = Server::start("127.0.0.1:0".parse().unwrap(), rendered(1)).unwrap();
+            let server = Server::start("127.0.0.1:0".parse().unwrap(), rendered(1), None).unwrap();
             let addr = server.addr();
             let r = get(addr, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").await;
             assert!(r.starts_with("HTTP/1.1 200 OK\r\n"), "{r}");
@@ -333,8 +471,13 @@ mod tests {
             let server = Server::start_with(
                 "127.0.0.1:0".parse().unwrap(),
                 rendered(0),
-                MAX_CONNECTIONS,
-                deadline,
+                None,
+                Limits {
+                    max_connections: MAX_CONNECTIONS,
+                    per_peer: MAX_CONNECTIONS,
+                    head_timeout: deadline,
+                    deadline,
+                },
             )
             .unwrap();
             let addr = server.addr();
@@ -393,11 +536,111 @@ mod tests {
         });
     }
 
+    /// A connection from `source` (any address of 127/8 is this host) to `addr`.
+    async fn connect_from(source: &str, addr: SocketAddr) -> TcpStream {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind(format!("{source}:0").parse().unwrap()).unwrap();
+        socket.connect(addr).await.unwrap()
+    }
+
+    /// One peer opening many idle connections (the issue: eight made a real scrape fail,
+    /// renewable every 10 s) holds at most its share of the slots, each for at most the head
+    /// timeout: a scrape from another address is served meanwhile.
+    #[test]
+    fn idle_connections_from_one_peer_do_not_starve_a_real_scrape() {
+        runtime().block_on(async {
+            let head_timeout = Duration::from_millis(400);
+            let server = Server::start_with(
+                "127.0.0.1:0".parse().unwrap(),
+                rendered(7),
+                None,
+                Limits {
+                    head_timeout,
+                    ..LIMITS
+                },
+            )
+            .unwrap();
+            let addr = server.addr();
+            let mut idle = Vec::new();
+            for _ in 0..2 * MAX_CONNECTIONS {
+                idle.push(connect_from("127.0.0.2", addr).await);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let r = tokio::time::timeout(
+                Duration::from_secs(2),
+                get(addr, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"),
+            )
+            .await
+            .unwrap();
+            assert!(
+                r.starts_with("HTTP/1.1 200 OK") && r.ends_with("x 7\n"),
+                "{r}"
+            );
+            // The idle ones are closed after the head timeout, not the whole deadline.
+            let t = Instant::now();
+            for mut s in idle {
+                let mut out = Vec::new();
+                let _ = tokio::time::timeout(Duration::from_secs(2), s.read_to_end(&mut out))
+                    .await
+                    .unwrap();
+                assert!(out.is_empty());
+            }
+            assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+        });
+    }
+
+    #[test]
+    fn peers_are_counted_by_address_and_ipv6_slash_64() {
+        let a: IpAddr = "2001:db8:1:2:aaaa::1".parse().unwrap();
+        let b: IpAddr = "2001:db8:1:2:bbbb::2".parse().unwrap();
+        let c: IpAddr = "2001:db8:1:3::1".parse().unwrap();
+        assert_eq!(peer_key(a), peer_key(b));
+        assert_ne!(peer_key(a), peer_key(c));
+        let mapped: IpAddr = "::ffff:10.0.0.1".parse().unwrap();
+        assert_eq!(peer_key(mapped), "10.0.0.1".parse::<IpAddr>().unwrap());
+    }
+
+    /// With a token file, /metrics answers only a request bearing the token.
+    #[test]
+    fn a_configured_bearer_token_is_required() {
+        let dir = std::env::temp_dir().join(format!("pg-metrics-token-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("token"), "t0ken\n").unwrap();
+        let token = Secret::read_for("metrics.bearer_token_file", &dir.join("token")).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        runtime().block_on(async {
+            let server =
+                Server::start("127.0.0.1:0".parse().unwrap(), rendered(3), Some(token)).unwrap();
+            let addr = server.addr();
+            for req in [
+                "GET /metrics HTTP/1.1\r\n\r\n",
+                "GET /metrics HTTP/1.1\r\nAuthorization: Bearer wrong\r\n\r\n",
+                "GET /metrics HTTP/1.1\r\nAuthorization: Basic dDBrZW4=\r\n\r\n",
+                "GET /metrics HTTP/1.1\r\nAuthorization: Bearer t0ke\r\n\r\n",
+            ] {
+                let r = get(addr, req).await;
+                assert!(r.starts_with("HTTP/1.1 401 "), "{req:?}: {r}");
+                assert!(r.contains("WWW-Authenticate: Bearer\r\n"), "{r}");
+                assert!(!r.contains("x 3"), "{r}");
+            }
+            let r = get(
+                addr,
+                "GET /metrics HTTP/1.1\r\nauthorization: bearer t0ken\r\n\r\n",
+            )
+            .await;
+            assert!(
+                r.starts_with("HTTP/1.1 200 OK") && r.ends_with("x 3\n"),
+                "{r}"
+            );
+        });
+    }
+
     #[test]
     fn binding_a_taken_address_is_an_error_naming_the_key() {
         runtime().block_on(async {
-            let first = Server::start("127.0.0.1:0".parse().unwrap(), rendered(0)).unwrap();
-            let e = Server::start(first.addr(), rendered(0))
+            let first = Server::start("127.0.0.1:0".parse().unwrap(), rendered(0), None).unwrap();
+            let e = Server::start(first.addr(), rendered(0), None)
                 .unwrap_err()
                 .to_string();
             assert!(e.contains("`metrics.listen`"), "{e}");

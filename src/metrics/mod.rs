@@ -29,6 +29,7 @@ use prometheus_client::registry::Registry;
 
 use crate::config::MetricsConfig;
 use crate::diagnosis::FindingId;
+use crate::fleet::Secret;
 use crate::ledger::{Outcome, Totals};
 use crate::report::status_file::Snapshot;
 use crate::target::ActionKind;
@@ -348,7 +349,8 @@ pub struct Exporter {
 
 #[derive(Debug, Default)]
 struct ExporterState {
-    server: Option<http::Server>,
+    /// The server and the token it asks for.
+    server: Option<(http::Server, Option<Secret>)>,
     /// The last problem logged, so each is logged once.
     textfile_problem: Option<String>,
     listen_problem: Option<String>,
@@ -384,7 +386,7 @@ impl Exporter {
         if let Some(path) = &cfg.textfile {
             st.write_textfile(path, &rendered.text);
         }
-        st.serve(cfg.listen, rendered);
+        st.serve(cfg.listen, cfg.bearer_token.as_ref(), rendered);
     }
 }
 
@@ -403,23 +405,50 @@ impl ExporterState {
         }
     }
 
-    fn serve(&mut self, listen: Option<SocketAddr>, rendered: Arc<Rendered>) {
+    fn serve(
+        &mut self,
+        listen: Option<SocketAddr>,
+        token: Option<&Secret>,
+        rendered: Arc<Rendered>,
+    ) {
         let Some(addr) = listen else {
             self.server = None;
             return;
         };
-        if let Some(server) = &self.server {
-            if server.addr() == addr {
+        if let Some((server, served_token)) = &self.server {
+            if server.addr() == addr && served_token.as_ref() == token {
                 server.update(rendered);
                 return;
             }
         }
-        // Not serving yet, or `listen` changed: (re)bind; the old server, if any, stops.
+        // Not serving yet, or `listen` or the token changed: (re)bind; the old server stops.
         self.server = None;
-        let problem = match http::Server::start(addr, rendered) {
+        let problem = match http::Server::start(addr, rendered, token.cloned()) {
             Ok(server) => {
-                tracing::info!("metrics: serving http://{addr}/metrics");
-                self.server = Some(server);
+                tracing::info!(
+                    "metrics: serving http://{addr}/metrics{}",
+                    if token.is_some() {
+                        " (bearer token required)"
+                    } else {
+                        ""
+                    }
+                );
+                if !addr.ip().is_loopback() {
+                    tracing::warn!(
+                        "metrics: `metrics.listen` = {addr} is not a loopback address: whoever reaches it can scrape{}",
+                        if token.is_some() {
+                            " (with the token)"
+                        } else {
+                            " (no `metrics.bearer_token_file` set)"
+                        }
+                    );
+                    if !ip_filter_can_apply() {
+                        tracing::warn!(
+                            "metrics: this host has no cgroup v2, so the unit's IPAddressDeny=/IPAddressAllow= filter nothing: {addr} is open to every address that reaches the node (docs/security.md)"
+                        );
+                    }
+                }
+                self.server = Some((server, token.cloned()));
                 None
             }
             Err(e) => Some(e.to_string()),
@@ -431,6 +460,18 @@ impl ExporterState {
             self.listen_problem = problem;
         }
     }
+}
+
+/// Whether systemd can apply the unit's IPAddressDeny=/IPAddressAllow= here: they are BPF
+/// programs on the unit's cgroup, which need the unified (v2) hierarchy (mounted on
+/// /sys/fs/cgroup, or beside v1 on /sys/fs/cgroup/unified in the hybrid layout).
+fn ip_filter_can_apply() -> bool {
+    [
+        "/sys/fs/cgroup/cgroup.controllers",
+        "/sys/fs/cgroup/unified/cgroup.controllers",
+    ]
+    .iter()
+    .any(|p| Path::new(p).exists())
 }
 
 #[cfg(test)]

@@ -185,6 +185,8 @@ fn exporter_writes_the_textfile_and_skips_a_missing_directory() {
     let cfg = MetricsConfig {
         textfile: Some(d.join("pleg-guard.prom")),
         listen: None,
+        bearer_token_file: None,
+        bearer_token: None,
     };
     exporter.publish(&cfg, &snapshot(), &totals());
     let written = std::fs::read_to_string(d.join("pleg-guard.prom")).unwrap();
@@ -192,6 +194,8 @@ fn exporter_writes_the_textfile_and_skips_a_missing_directory() {
     let missing = MetricsConfig {
         textfile: Some(d.join("nope/pleg-guard.prom")),
         listen: None,
+        bearer_token_file: None,
+        bearer_token: None,
     };
     exporter.publish(&missing, &snapshot(), &totals());
     assert!(!d.join("nope").exists());

@@ -1,14 +1,15 @@
 //! The metrics file for node_exporter's textfile collector: written whole each round so that
-//! node_exporter never reads half of one (a temp file in the same directory, then rename),
-//! readable by node_exporter's user (0644 whatever the umask), and not written at all while
-//! the directory does not exist (node_exporter not installed: not a problem).
+//! node_exporter never reads half of one, readable by node_exporter's user (0644 whatever the
+//! umask), and not written at all while the directory does not exist (node_exporter not
+//! installed: not a problem). The writing is [`crate::state_file`]'s: a random temp name
+//! created exclusively, never following a link that node_exporter's user planted there.
 //!
 //! No fsync: a metrics file that a crash leaves out of date is rewritten one round after the
 //! restart, and syncing every round would cost every node a disk flush every 10 s.
 
-use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+
+use crate::state_file;
 
 /// What a write did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,16 +44,7 @@ pub fn write(path: &Path, text: &str) -> Result<Written, TextfileError> {
     if !dir.is_dir() {
         return Ok(Written::NoDirectory);
     }
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    // node_exporter reads only `*.prom`: the temp file's name must not end so.
-    let tmp = dir.join(format!(".{name}.tmp"));
-    let result = write_then_rename(&tmp, path, text.as_bytes());
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
+    let result = state_file::write(path, text.as_bytes(), state_file::METRICS);
     result.map(|()| Written::Written).map_err(|source| {
         let hint = if source.kind() == std::io::ErrorKind::ReadOnlyFilesystem {
             " (the directory appeared after pleg-guard started: restart it so that the unit's ReadWritePaths= covers it)"
@@ -67,23 +59,10 @@ pub fn write(path: &Path, text: &str) -> Result<Written, TextfileError> {
     })
 }
 
-fn write_then_rename(tmp: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o644)
-        .open(tmp)?;
-    // The mode above is masked by the umask; node_exporter runs as its own user.
-    f.set_permissions(std::fs::Permissions::from_mode(0o644))?;
-    f.write_all(bytes)?;
-    drop(f);
-    std::fs::rename(tmp, path)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt;
 
     fn tempdir(name: &str) -> PathBuf {
         let d =
@@ -122,15 +101,38 @@ mod tests {
     #[test]
     fn an_unwritable_directory_is_an_error_naming_the_file() {
         let d = tempdir("unwritable");
-        // A directory where the temp file should go: it cannot be opened for writing.
+        // A directory at the file's name: the rename cannot replace it.
         let path = d.join("pleg-guard.prom");
-        std::fs::create_dir_all(d.join(".pleg-guard.prom.tmp/blocker")).unwrap();
+        std::fs::create_dir_all(d.join("pleg-guard.prom/blocker")).unwrap();
         let e = write(&path, "a 1\n").unwrap_err().to_string();
         assert!(
             e.starts_with(&format!("cannot write {}", path.display())),
             "{e}"
         );
-        assert!(!path.exists());
+        assert!(path.is_dir());
+        assert_eq!(
+            std::fs::read_dir(&d).unwrap().count(),
+            1,
+            "the temp file was removed"
+        );
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// node_exporter's user owns the directory on Debian and could point the old fixed temp
+    /// name (`.pleg-guard.prom.tmp`) at the ledger: it is not followed.
+    #[test]
+    fn a_link_at_the_old_temp_name_does_not_clobber_its_target() {
+        let d = tempdir("link");
+        let ledger = d.join("ledger.json");
+        std::fs::write(&ledger, b"{\"runs\":[]}").unwrap();
+        std::fs::set_permissions(&ledger, std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::os::unix::fs::symlink(&ledger, d.join(".pleg-guard.prom.tmp")).unwrap();
+        let path = d.join("pleg-guard.prom");
+        assert_eq!(write(&path, "a 1\n").unwrap(), Written::Written);
+        assert_eq!(std::fs::read(&ledger).unwrap(), b"{\"runs\":[]}");
+        let mode = std::fs::metadata(&ledger).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "a 1\n");
         let _ = std::fs::remove_dir_all(&d);
     }
 }

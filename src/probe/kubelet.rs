@@ -4,7 +4,8 @@
 //! sync loop), so the early signal is kubelet's log: `skipping pod synchronization - [PLEG is
 //! not healthy: ...]`, repeated at least every 5 s while PLEG is stuck. The lines are read
 //! from the unit's journal, or, for kubelets run as a docker container (RKE and the like),
-//! through the docker API.
+//! through the docker API. Only kubelet's own complaint counts
+//! ([`crate::client::kubelet_log`]): a pod's probe output quoting the text does not.
 //!
 //! The reading is the clients' ([`crate::client::kubelet`] for healthz,
 //! [`crate::client::journal`] and [`crate::client::docker`] for the log); this probe decides
@@ -19,12 +20,10 @@ use super::{bounded, timed_with_error};
 use crate::client::journal::follow::JournalFollower;
 use crate::client::kubelet::HttpUrl;
 use crate::client::kubelet::healthz;
+use crate::client::kubelet_log::{is_pleg_complaint, pleg_complaint};
 use crate::client::{self, ErrorKind};
 use crate::config::KubeletConfig;
 use crate::target::{Facts, Observation, PathResult, Target, TargetState};
-
-/// The text that marks kubelet's PLEG complaint in its log.
-pub const PLEG_MARKER: &str = "PLEG is not healthy";
 
 /// Directories where a kubelet unit file would be installed.
 const UNIT_DIRS: &[&str] = &[
@@ -67,7 +66,7 @@ impl KubeletProbe {
     /// every round (the daemon does this; a one-shot `diagnose` does not).
     pub fn follow_journal(&mut self) {
         if self.container.is_none() {
-            self.follower = Some(JournalFollower::new(&self.unit, PLEG_MARKER));
+            self.follower = Some(JournalFollower::new(&self.unit, is_pleg_complaint));
         }
     }
 
@@ -133,9 +132,9 @@ impl KubeletProbe {
         match &self.container {
             Some(name) => {
                 let docker = client::docker::connect(&self.docker_socket).await?;
-                client::docker::last_log_line(&docker, name, since, PLEG_MARKER).await
+                client::docker::last_log_line(&docker, name, since, is_pleg_complaint).await
             }
-            None => client::journal::last_matching_line(&self.unit, since, PLEG_MARKER).await,
+            None => client::journal::last_matching_line(&self.unit, since, is_pleg_complaint).await,
         }
     }
 }
@@ -162,7 +161,7 @@ fn classify(
     };
     let pleg_line = logs.as_ref().ok().cloned().flatten();
     let (state, detail) = match (&pleg_line, health.state) {
-        (Some(line), _) => (TargetState::Error, excerpt(line).to_owned()),
+        (Some(line), _) => (TargetState::Error, excerpt(line)),
         (None, TargetState::Ok | TargetState::Slow) => match &logs {
             Ok(_) => (health.state, format!("healthz {}", health.detail)),
             Err(e) => (
@@ -185,11 +184,9 @@ fn classify(
     }
 }
 
-/// The part of a kubelet line from the PLEG marker on (klog headers are noise here).
-fn excerpt(line: &str) -> &str {
-    let from = line.find(PLEG_MARKER).unwrap_or(0);
-    let s = &line[from..];
-    s.trim_end_matches(['"', ']', '\n'])
+/// The part of kubelet's PLEG line from `PLEG is not healthy` on (klog headers are noise here).
+fn excerpt(line: &str) -> String {
+    pleg_complaint(line).map_or_else(|| line.to_owned(), |e| e.into_owned())
 }
 
 /// Whether a unit file for `unit` exists in one of the unit directories.
@@ -202,7 +199,7 @@ fn unit_installed(unit: &str) -> bool {
 fn last_pleg_line(log: &str) -> Option<String> {
     log.lines()
         .rev()
-        .find(|l| l.contains(PLEG_MARKER))
+        .find(|l| is_pleg_complaint(l))
         .map(|l| l.chars().take(400).collect())
 }
 

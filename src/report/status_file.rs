@@ -243,7 +243,7 @@ pub fn path(runtime_directory: &Path) -> PathBuf {
 /// Write the snapshot atomically.
 pub fn write(runtime_directory: &Path, snapshot: &Snapshot) -> std::io::Result<()> {
     let json = serde_json::to_vec_pretty(snapshot).map_err(std::io::Error::other)?;
-    crate::ledger::write_atomically(&path(runtime_directory), &json)
+    crate::state_file::write(&path(runtime_directory), &json, crate::state_file::KEPT)
 }
 
 /// Why status.json could not be read.

@@ -166,7 +166,7 @@ impl ProofFile {
         let json = serde_json::to_vec_pretty(proof)
             .map_err(std::io::Error::other)
             .map_err(io)?;
-        crate::ledger::write_atomically(&self.path, &json).map_err(io)
+        crate::state_file::write(&self.path, &json, crate::state_file::KEPT).map_err(io)
     }
 }
 

@@ -15,13 +15,14 @@ use tokio::task::JoinHandle;
 
 use super::JournalError;
 use crate::client::Error;
-use crate::client::log_lines::{LineAssembler, MAX_MATCH_CHARS};
+use crate::client::kubelet_log::short_unix_message;
+use crate::client::log_lines::{LineAssembler, LineMatch, MAX_MATCH_CHARS};
 
-/// The newest matching line, its journal timestamp and when it was read (monotonic: a wall
+/// The newest matching message, its journal timestamp and when it was read (monotonic: a wall
 /// clock that jumps must not make an old line look new).
 type Latest = Arc<Mutex<Option<Seen>>>;
 
-/// One matching line.
+/// One matching message (without the `-o short-unix` prefix).
 #[derive(Debug, Clone)]
 struct Seen {
     at: SystemTime,
@@ -29,20 +30,20 @@ struct Seen {
     line: String,
 }
 
-/// Follows one unit's journal, remembering the newest line that holds `marker`.
+/// Follows one unit's journal, remembering the newest message that `matches` accepts.
 pub struct JournalFollower {
     unit: String,
-    marker: &'static str,
+    matches: LineMatch,
     latest: Latest,
     task: Option<JoinHandle<()>>,
 }
 
 impl JournalFollower {
-    /// A follower of `unit` for lines holding `marker` (not started yet).
-    pub fn new(unit: &str, marker: &'static str) -> Self {
+    /// A follower of `unit` for messages `matches` accepts (not started yet).
+    pub fn new(unit: &str, matches: LineMatch) -> Self {
         JournalFollower {
             unit: unit.to_owned(),
-            marker,
+            matches,
             latest: Arc::new(Mutex::new(None)),
             task: None,
         }
@@ -82,7 +83,7 @@ impl JournalFollower {
             .map_err(|source| JournalError::Spawn { source })?;
         let stdout = child.stdout.take().ok_or(JournalError::NoPipe("stdout"))?;
         let latest = Arc::clone(&self.latest);
-        let marker = self.marker;
+        let matches = self.matches;
         self.task = Some(tokio::spawn(async move {
             let _child = child; // killed when the task ends or is aborted
             let mut stdout = stdout;
@@ -93,7 +94,7 @@ impl JournalFollower {
                     break;
                 }
                 lines.push(&chunk[..n], |line| {
-                    note_line(&latest, marker, line, Instant::now());
+                    note_line(&latest, matches, line, Instant::now());
                 });
             }
         }));
@@ -119,14 +120,15 @@ impl Drop for JournalFollower {
     }
 }
 
-/// Remember `line` (read at `read_at`) if it holds `marker` and is the newest such line. A
-/// line stamped in the future (a clock that was ahead when it was written) counts as written
+/// Remember the message of `line` (read at `read_at`) if `matches` accepts it and it is the
+/// newest such message. Only the message is matched: the `-o short-unix` prefix (stamp, host,
+/// identifier) is no part of what kubelet wrote. A line stamped in the future (a clock that was ahead when it was written) counts as written
 /// now. A kept line stamped after the current time (the clock has gone back since) is
 /// replaced by any new one, or new lines would be ignored until the clock caught up.
-fn note_line(latest: &Latest, marker: &str, line: &str, read_at: Instant) {
-    if !line.contains(marker) {
+fn note_line(latest: &Latest, matches: LineMatch, line: &str, read_at: Instant) {
+    let Some(message) = short_unix_message(line).filter(|m| matches(m)) else {
         return;
-    }
+    };
     let now = SystemTime::now();
     let at = parse_short_unix(line).map_or(now, |t| t.min(now));
     if let Ok(mut l) = latest.lock() {
@@ -134,7 +136,7 @@ fn note_line(latest: &Latest, marker: &str, line: &str, read_at: Instant) {
             *l = Some(Seen {
                 at,
                 read_at,
-                line: line.chars().take(MAX_MATCH_CHARS).collect(),
+                line: message.chars().take(MAX_MATCH_CHARS).collect(),
             });
         }
     }
@@ -144,7 +146,7 @@ fn note_line(latest: &Latest, marker: &str, line: &str, read_at: Instant) {
 #[cfg(test)]
 pub(crate) fn note_line_for_test(line: &str) {
     let latest: Latest = Arc::new(Mutex::new(None));
-    note_line(&latest, PLEG_MARKER_FOR_TEST, line, Instant::now());
+    note_line(&latest, is_pleg_complaint, line, Instant::now());
     let kept = latest.lock().ok().and_then(|l| l.clone());
     if let Some(s) = kept {
         assert!(s.at <= SystemTime::now());
@@ -153,21 +155,25 @@ pub(crate) fn note_line_for_test(line: &str) {
 }
 
 /// What a follower keeps after reading `output` (`-o short-unix` bytes) in `chunk`-byte
-/// reads: the newest line holding `marker`.
+/// reads: the newest message `matches` accepts.
 #[cfg(test)]
-pub(super) fn newest_match_for_test(output: &[u8], chunk: usize, marker: &str) -> Option<String> {
+pub(super) fn newest_match_for_test(
+    output: &[u8],
+    chunk: usize,
+    matches: LineMatch,
+) -> Option<String> {
     let latest: Latest = Arc::new(Mutex::new(None));
     let mut lines = LineAssembler::new();
     for c in output.chunks(chunk.max(1)) {
-        lines.push(c, |line| note_line(&latest, marker, line, Instant::now()));
+        lines.push(c, |line| note_line(&latest, matches, line, Instant::now()));
     }
-    lines.finish(|line| note_line(&latest, marker, line, Instant::now()));
+    lines.finish(|line| note_line(&latest, matches, line, Instant::now()));
     let kept = latest.lock().ok().and_then(|l| l.clone());
     kept.map(|s| s.line)
 }
 
 #[cfg(test)]
-const PLEG_MARKER_FOR_TEST: &str = "PLEG is not healthy";
+use crate::client::kubelet_log::is_pleg_complaint;
 
 /// The timestamp of a `-o short-unix` line (`1733150000.123456 host kubelet[1]: ...`).
 pub(crate) fn parse_short_unix(line: &str) -> Option<SystemTime> {
@@ -182,6 +188,22 @@ pub(crate) fn parse_short_unix(line: &str) -> Option<SystemTime> {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    const PLEG_LINE: &str = r#"E1202 14:00:00.000000    2913 kubelet.go:2593] "Skipping pod synchronization" err="PLEG is not healthy: pleg was last seen active 3m0.5s ago; threshold is 3m0s""#;
+
+    /// A pod's probe output quoting kubelet's PLEG line, as kubelet logs it: the follower
+    /// keeps nothing (a tenant must not make pleg-guard restart kubelet).
+    #[test]
+    fn a_probe_failure_quoting_the_pleg_text_is_not_kept() {
+        let latest: Latest = Arc::new(Mutex::new(None));
+        let probe = r#"1733150000.123456 h kubelet[2913]: I1202 14:00:00.000000    2913 prober.go:107] "Probe failed" probeType="Liveness" pod="tenant/evil" podUID="0c0a" containerName="c" probeResult="failure" output="PLEG is not healthy: pleg was last seen active 3m45s ago; threshold is 3m0s""#;
+        note_line(&latest, is_pleg_complaint, probe, Instant::now());
+        assert!(latest.lock().unwrap().is_none());
+        let own = format!("1733150000.123456 h kubelet[2913]: {PLEG_LINE}");
+        note_line(&latest, is_pleg_complaint, &own, Instant::now());
+        let kept = latest.lock().unwrap().clone().map(|s| s.line);
+        assert_eq!(kept.as_deref(), Some(PLEG_LINE));
+    }
 
     #[test]
     fn short_unix_timestamps() {
@@ -208,8 +230,8 @@ mod tests {
         let secs = ahead.duration_since(UNIX_EPOCH).unwrap().as_secs();
         note_line(
             &latest,
-            "PLEG",
-            &format!("{secs}.000000 h kubelet[1]: PLEG is not healthy"),
+            is_pleg_complaint,
+            &format!("{secs}.000000 h kubelet[1]: {PLEG_LINE}"),
             Instant::now(),
         );
         let s = latest.lock().unwrap().clone().unwrap();
@@ -226,7 +248,7 @@ mod tests {
     fn follower(latest: Latest) -> JournalFollower {
         JournalFollower {
             unit: "kubelet.service".into(),
-            marker: "PLEG",
+            matches: is_pleg_complaint,
             latest,
             task: None,
         }
@@ -235,7 +257,7 @@ mod tests {
     fn stamped(t: SystemTime) -> String {
         let d = t.duration_since(UNIX_EPOCH).unwrap();
         format!(
-            "{}.{:06} h kubelet[1]: PLEG is not healthy",
+            "{}.{:06} h kubelet[1]: {PLEG_LINE}",
             d.as_secs(),
             d.subsec_micros()
         )
@@ -254,7 +276,7 @@ mod tests {
         // Written and read 2 minutes ago (monotonic), stamped by the clock before the jump;
         // the "clock" since went back an hour, so `since` is an hour and a minute earlier.
         let two_min_ago = Instant::now() - Duration::from_secs(120);
-        note_line(&latest, "PLEG", &stamped(now), two_min_ago);
+        note_line(&latest, is_pleg_complaint, &stamped(now), two_min_ago);
         let f = follower(Arc::clone(&latest));
         let since_after_jump = now - hour - window;
         assert!(
@@ -270,7 +292,7 @@ mod tests {
                 s.at = now + hour;
             }
         }
-        note_line(&latest, "PLEG", &stamped(now), Instant::now());
+        note_line(&latest, is_pleg_complaint, &stamped(now), Instant::now());
         let s = latest.lock().unwrap().clone().unwrap();
         assert_eq!(s.at, stamped_at(now));
         assert!(f.latest_since(now - window, window).is_some());

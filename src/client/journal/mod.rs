@@ -1,5 +1,5 @@
-//! The journal, read through `journalctl`: the newest line of a unit that holds a marker
-//! (kubelet's `PLEG is not healthy`), either once ([`last_matching_line`], `-o cat`, for a
+//! The journal, read through `journalctl`: the newest line of a unit that a
+//! [`LineMatch`] accepts (kubelet's own `PLEG is not healthy` complaint), either once ([`last_matching_line`], `-o cat`, for a
 //! one-shot `diagnose`) or continuously ([`follow::JournalFollower`], `-o short-unix`, for
 //! the daemon).
 //!
@@ -19,7 +19,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use tokio::io::{AsyncRead, AsyncReadExt};
 
-use super::log_lines::{LastMatch, LineAssembler};
+use super::log_lines::{LastMatch, LineAssembler, LineMatch};
 use super::{Error, ErrorKind};
 
 /// Why reading the journal failed.
@@ -67,12 +67,12 @@ impl From<JournalError> for Error {
     }
 }
 
-/// The newest line of `unit`'s journal since `since` that holds `marker` (its first 400
+/// The newest message of `unit`'s journal since `since` that `matches` accepts (its first 400
 /// characters), read with one `journalctl -o cat`.
 pub async fn last_matching_line(
     unit: &str,
     since: SystemTime,
-    marker: &str,
+    matches: LineMatch,
 ) -> Result<Option<String>, Error> {
     let since_s = since.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let mut child = tokio::process::Command::new("journalctl")
@@ -89,7 +89,7 @@ pub async fn last_matching_line(
     };
     // Streamed line by line: however much kubelet logged in the window, only one line and
     // the last match are held (and the first 4 KiB of an error message).
-    let (last, err) = tokio::join!(last_match_of(stdout, marker), head_of(stderr, 4096));
+    let (last, err) = tokio::join!(last_match_of(stdout, matches), head_of(stderr, 4096));
     let status = child
         .wait()
         .await
@@ -103,13 +103,13 @@ pub async fn last_matching_line(
     Ok(last.map_err(|source| JournalError::Io { source })?)
 }
 
-/// The last line of a byte stream that holds `marker`, read in bounded memory.
+/// The last line of a byte stream that `matches` accepts, read in bounded memory.
 pub async fn last_match_of(
     mut r: impl AsyncRead + Unpin,
-    marker: &str,
+    matches: LineMatch,
 ) -> std::io::Result<Option<String>> {
     let mut lines = LineAssembler::new();
-    let mut last = LastMatch::new(marker);
+    let mut last = LastMatch::new(matches);
     let mut chunk = vec![0u8; 16 * 1024];
     loop {
         let n = r.read(&mut chunk).await?;

@@ -6,6 +6,7 @@
 
 use super::follow::{newest_match_for_test, parse_short_unix};
 use super::last_match_of;
+use crate::client::kubelet_log::is_pleg_complaint;
 use crate::client::log_lines::{LastMatch, LineAssembler, MAX_LINE, MAX_MATCH_CHARS};
 
 const MARKER: &str = "PLEG is not healthy";
@@ -35,7 +36,7 @@ fn lines_in_chunks(bytes: &[u8], chunk: usize) -> (Vec<String>, usize) {
 
 fn last_match(bytes: &[&[u8]]) -> Option<String> {
     let mut a = LineAssembler::new();
-    let mut last = LastMatch::new(MARKER);
+    let mut last = LastMatch::new(is_pleg_complaint);
     for c in bytes {
         a.push(c, |l| last.note(l));
     }
@@ -72,7 +73,7 @@ async fn the_newest_pleg_line_of_real_cat_output_is_found() {
         let chunks: Vec<&[u8]> = CAT.chunks(chunk).collect();
         assert_eq!(last_match(&chunks).as_deref(), Some(NEW), "chunk {chunk}");
     }
-    let found = last_match_of(CAT, MARKER).await;
+    let found = last_match_of(CAT, is_pleg_complaint).await;
     assert_eq!(found.ok().flatten().as_deref(), Some(NEW));
 }
 
@@ -112,7 +113,7 @@ fn a_pleg_line_with_invalid_utf8_is_found_in_cat_output() {
 fn a_huge_line_is_bounded_and_the_line_after_it_is_found() {
     let huge = vec![b'x'; 4 << 20];
     let mut a = LineAssembler::new();
-    let mut last = LastMatch::new(MARKER);
+    let mut last = LastMatch::new(is_pleg_complaint);
     let mut longest = 0;
     for c in [CAT, &huge[..], b"\n", CAT, &huge[..]] {
         for piece in c.chunks(64 * 1024 + 7) {
@@ -127,8 +128,11 @@ fn a_huge_line_is_bounded_and_the_line_after_it_is_found() {
     assert!(longest <= MAX_LINE, "{longest}");
     assert_eq!(last.into_last().as_deref(), Some(NEW));
 
-    let mut last = LastMatch::new(MARKER);
-    last.note(&format!("{MARKER} {}", "é".repeat(10_000)));
+    let mut last = LastMatch::new(is_pleg_complaint);
+    last.note(&format!(
+        "E0703 19:59:01.292918 1946644 kubelet.go:1879] skipping pod synchronization - PLEG is not healthy: {}",
+        "é".repeat(10_000)
+    ));
     let kept = last.into_last().unwrap_or_default();
     assert_eq!(kept.chars().count(), MAX_MATCH_CHARS);
 }
@@ -157,12 +161,11 @@ fn the_follower_keeps_the_newest_pleg_line_of_real_short_unix_output() {
         assert!(parse_short_unix(l).is_some(), "unstamped: {l:.80}");
     }
     assert!(lines[3].contains(MARKER), "{}", lines[3]);
-    let want: String = lines[6].chars().take(MAX_MATCH_CHARS).collect();
-    assert!(want.ends_with(NEW), "{want}");
+    assert!(lines[6].ends_with(NEW), "{}", lines[6]);
     for chunk in [1, 7, 100, 4096, 16 * 1024] {
         assert_eq!(
-            newest_match_for_test(SHORT_UNIX_ALL, chunk, MARKER).as_deref(),
-            Some(want.as_str()),
+            newest_match_for_test(SHORT_UNIX_ALL, chunk, is_pleg_complaint).as_deref(),
+            Some(NEW),
             "chunk {chunk}"
         );
     }
@@ -217,7 +220,23 @@ async fn the_last_pleg_line_is_found_in_a_large_stream() {
         }
     }
     log.extend(std::iter::repeat_n(b'x', 1 << 20));
-    let found = last_match_of(&log[..], MARKER).await;
+    let found = last_match_of(&log[..], is_pleg_complaint).await;
     assert_eq!(found.ok().flatten().as_deref(), Some(NEW));
     assert_eq!(super::head_of(&log[..], 10).await.len(), 10);
+}
+
+/// kubelet logs a failing probe's output (`"Probe failed" ... output="..."`): a pod whose
+/// probe prints kubelet's PLEG line must not be taken for kubelet's own complaint, in the
+/// one-shot read (`-o cat`) nor in the follower (`-o short-unix`).
+#[tokio::test]
+async fn a_probe_output_quoting_the_pleg_line_is_not_a_pleg_line() {
+    let probe = r#"I1202 14:00:00.000000    2913 prober.go:107] "Probe failed" probeType="Liveness" pod="tenant/evil" podUID="0c0a" containerName="c" probeResult="failure" output="I1202 14:00:00.000000 1 kubelet.go:1829] skipping pod synchronization - [PLEG is not healthy: pleg was last seen active 3m45s ago; threshold is 3m0s]""#;
+    let cat = format!("I1202 starting\n{probe}\n");
+    let found = last_match_of(cat.as_bytes(), is_pleg_complaint).await;
+    assert_eq!(found.ok().flatten(), None);
+    let short = format!("1733150000.000001 h kubelet[2913]: {probe}\n");
+    assert_eq!(
+        newest_match_for_test(short.as_bytes(), 4096, is_pleg_complaint),
+        None
+    );
 }
