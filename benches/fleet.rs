@@ -31,8 +31,8 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use etcd::EtcdCluster;
-use pleg_guard::action::ActionKind;
 use pleg_guard::fleet::{Fleet, FleetSettings, SlotState, Urgency};
+use pleg_guard::target::ActionKind;
 use serde_json::json;
 
 fn env_num(name: &str, default: u64) -> u64 {

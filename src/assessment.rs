@@ -6,13 +6,13 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
-use crate::action::ActionKind;
 use crate::config::Mode;
 use crate::diagnosis::{Finding, FindingId, Severity};
-use crate::probe::Round;
 use crate::report::status_file::{
     ActionRecord, BudgetStatus, FleetStatus, Overall, Snapshot, SystemdStatus,
 };
+use crate::target::ActionKind;
+use crate::target::Round;
 use crate::target::TargetState;
 
 /// What the action runner is doing.

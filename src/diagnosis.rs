@@ -14,8 +14,8 @@ use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 
-use crate::probe::Round;
-use crate::systemd_version::Verdict;
+use crate::systemd::version::Verdict;
+use crate::target::Round;
 use crate::target::{Observation, Target, TargetState};
 
 /// A diagnosis pleg-guard can make. The ids are part of the journal interface
@@ -191,7 +191,7 @@ pub struct Finding {
     /// Which diagnosis.
     pub id: FindingId,
     /// When it was first seen in this episode.
-    #[serde(with = "crate::report::time_format")]
+    #[serde(with = "crate::clock::time_format")]
     pub since: SystemTime,
     /// Problem or warning.
     pub severity: Severity,
@@ -250,7 +250,7 @@ impl Diagnosis {
 
     /// Set what the serial forecast says for the next [`Diagnosis::update`]: `Some(detail)`
     /// when an affected PID 1 runs out of bus serials within the warning time
-    /// (see [`crate::forecast::Outlook`]), `None` otherwise.
+    /// (see [`crate::systemd::forecast::Outlook`]), `None` otherwise.
     pub fn set_serial_exhaustion(&mut self, detail: Option<String>) {
         self.serial_exhaustion = detail;
     }

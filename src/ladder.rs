@@ -7,16 +7,16 @@
 //! and the symptom persisted (or its budget is spent, or it is disabled).
 //!
 //! A *planned* reexec (for `systemd-serial-exhaustion` alone) may wait for
-//! `preempt_window` ([`crate::maintenance_window`]: the serial forecast decides, this only
+//! `preempt_window` ([`crate::systemd::preempt`]: the serial forecast decides, this only
 //! says so); a reexec for an emergency (`systemd-bus-wedge`, `logind-unresponsive`) never waits.
 
 use std::time::SystemTime;
 
-use crate::action::ActionKind;
-use crate::boot_clock::Now;
+use crate::clock::boot::Now;
 use crate::config::{ActionsConfig, Mode, ReexecWhen};
 use crate::diagnosis::FindingId;
 use crate::ledger::Ledger;
+use crate::target::ActionKind;
 
 /// Everything the ladder looks at.
 #[derive(Debug, Clone)]
@@ -32,7 +32,7 @@ pub struct Context<'a> {
     /// The current findings.
     pub findings: &'a [FindingId],
     /// This systemd carries the bus bug: the version policy says so, or this boot proved it
-    /// (see [`crate::bug_evidence`]).
+    /// (see [`crate::systemd::evidence`]).
     pub systemd_affected: bool,
     /// The serial forecast asks for a planned reexec now: due, or brought forward into an open
     /// `preempt_window` (`systemd-serial-exhaustion` alone is a warning until then).
@@ -115,7 +115,7 @@ pub fn decide(ctx: &Context<'_>) -> Vec<Decision> {
             if let Some(reason) = ctx.serial_preempt_waits.filter(|_| {
                 action == ActionKind::DaemonReexec
                     && has(FindingId::SystemdSerialExhaustion)
-                    && action.config(ctx.actions).enabled
+                    && ctx.actions.of(action).enabled
             }) {
                 out.push(Decision::Waits {
                     action,
@@ -130,7 +130,7 @@ pub fn decide(ctx: &Context<'_>) -> Vec<Decision> {
             aimed_at: aimed_at.clone(),
             reason,
         };
-        let cfg = action.config(ctx.actions);
+        let cfg = ctx.actions.of(action);
         if !cfg.enabled {
             out.push(skip("disabled in config".into()));
             continue;

@@ -25,9 +25,9 @@ use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
-use crate::action::ActionKind;
-use crate::boot_clock::{BootClock, Now};
+use crate::clock::boot::{BootClock, Now};
 use crate::config::ActionConfig;
+use crate::target::ActionKind;
 
 /// The rolling window of `max_per_day`.
 pub const DAY: Duration = Duration::from_secs(24 * 3600);
@@ -72,7 +72,7 @@ pub struct Entry {
     /// Which action.
     pub action: ActionKind,
     /// When it started.
-    #[serde(with = "crate::report::time_format")]
+    #[serde(with = "crate::clock::time_format")]
     pub at: SystemTime,
     /// How it ended.
     pub outcome: RunOutcome,
@@ -132,7 +132,7 @@ pub struct Budget {
     /// The daily maximum.
     pub max_per_day: u32,
     /// When the next run is allowed (None: now).
-    #[serde(with = "crate::report::time_format::option")]
+    #[serde(with = "crate::clock::time_format::option")]
     pub next_allowed_at: Option<SystemTime>,
 }
 
@@ -163,16 +163,6 @@ impl Outcome {
         Outcome::Cleared,
         Outcome::Persisted,
     ];
-
-    /// The outcome a suppressed/skipped journal note counts as.
-    pub fn of_note(kind: crate::report::event::EventKind) -> Option<Outcome> {
-        use crate::report::event::EventKind;
-        match kind {
-            EventKind::ActionSuppressed => Some(Outcome::Suppressed),
-            EventKind::ActionSkipped => Some(Outcome::Skipped),
-            _ => None,
-        }
-    }
 
     /// The contract's name.
     pub fn name(self) -> &'static str {

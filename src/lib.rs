@@ -9,8 +9,6 @@
 
 pub mod action;
 pub mod assessment;
-pub mod boot_clock;
-pub mod bug_evidence;
 pub mod cli;
 pub mod client;
 pub mod clock;
@@ -19,16 +17,13 @@ pub mod config;
 pub mod daemon;
 pub mod diagnosis;
 pub mod fleet;
-pub mod forecast;
 pub mod ladder;
 pub mod ledger;
-pub mod maintenance_window;
 pub mod metrics;
 pub mod npd;
 pub mod probe;
 #[cfg(test)]
 pub mod property_tests;
 pub mod report;
-pub mod systemd_version;
-pub mod systemd_watch;
+pub mod systemd;
 pub mod target;

@@ -13,13 +13,13 @@ use std::time::{Duration, SystemTime};
 
 use proptest::prelude::*;
 
-use crate::action::ActionKind;
 use crate::client::journal::follow as journal_follow;
 use crate::config;
 use crate::ledger::Ledger;
-use crate::maintenance_window::{State, Window};
 use crate::report::status_file::Snapshot;
-use crate::systemd_version::{self, FixedBuild};
+use crate::systemd::version::{self, FixedBuild};
+use crate::systemd::window::{State, Window};
+use crate::target::ActionKind;
 
 /// Inputs per property.
 pub const CASES: u32 = 2_000;
@@ -110,10 +110,10 @@ fn version_like() -> BoxedStrategy<String> {
 
 /// Every operation on a ledger, for a ledger read from a file.
 fn use_ledger(mut l: Ledger) {
-    let now = &crate::boot_clock::Now::read();
+    let now = &crate::clock::boot::Now::read();
     let actions = config::Config::default().actions;
     for a in ActionKind::ALL {
-        let c = a.config(&actions);
+        let c = actions.of(a);
         let b = l.budget(a, c, now);
         let _ = serde_json::to_string(&b);
         let _ = l.check(a, c, now);
@@ -125,9 +125,9 @@ fn use_ledger(mut l: Ledger) {
     let id = l.record_start(ActionKind::DaemonReexec, now);
     l.record_end(id, crate::ledger::RunOutcome::Succeeded, "x");
     // The same on the wall clock alone (entries of another boot, or no boot clock).
-    let wall = &crate::boot_clock::Now::wall_only(now.wall);
+    let wall = &crate::clock::boot::Now::wall_only(now.wall);
     for a in ActionKind::ALL {
-        let _ = l.check(a, a.config(&actions), wall);
+        let _ = l.check(a, actions.of(a), wall);
     }
     let _ = serde_json::to_string(&l);
 }
@@ -139,10 +139,10 @@ proptest! {
     fn version_parsers_never_panic(s in text(60), v in version_like()) {
         let fixed = FixedBuild::defaults();
         for input in [s.as_str(), v.as_str()] {
-            let _ = systemd_version::parse_manager_version(input);
-            let _ = systemd_version::parse_package_version(input);
+            let _ = version::parse_manager_version(input);
+            let _ = version::parse_package_version(input);
             let _ = input.parse::<FixedBuild>();
-            let (build, verdict) = systemd_version::identify(Some(input), Some(&v), &fixed);
+            let (build, verdict) = version::identify(Some(input), Some(&v), &fixed);
             let _ = build.map(|b| b.to_string());
             let _ = verdict.reason();
         }
@@ -152,10 +152,10 @@ proptest! {
     #[test]
     fn rpmvercmp_is_antisymmetric(a in version_like(), b in version_like()) {
         prop_assert_eq!(
-            systemd_version::rpmvercmp(&a, &b),
-            systemd_version::rpmvercmp(&b, &a).reverse()
+            version::rpmvercmp(&a, &b),
+            version::rpmvercmp(&b, &a).reverse()
         );
-        prop_assert_eq!(systemd_version::rpmvercmp(&a, &a), std::cmp::Ordering::Equal);
+        prop_assert_eq!(version::rpmvercmp(&a, &a), std::cmp::Ordering::Equal);
     }
 
     #[test]
@@ -259,7 +259,7 @@ proptest! {
         let _ = journal_follow::parse_short_unix(&s);
         let line = format!("{secs}.{frac} host kubelet[1]: PLEG is not healthy {s}");
         if let Some(t) = journal_follow::parse_short_unix(&line) {
-            let _ = crate::report::time_format::rfc3339(t);
+            let _ = crate::clock::time_format::rfc3339(t);
         }
         journal_follow::note_line_for_test(&line);
     }

@@ -1,9 +1,10 @@
-//! The things pleg-guard watches (targets), the states a probe can find them in, and one
-//! probe's observation of a target. These are plain data: probes produce them, diagnosis,
-//! status.json and `diagnose` consume them.
+//! The things pleg-guard watches (targets), the states a probe can find them in, one probe's
+//! observation of a target, a whole round of them ([`Round`]) and the repairs it can apply
+//! ([`ActionKind`]). These are plain data, the vocabulary every floor above speaks: probes
+//! produce rounds, diagnosis, the ladder, the ledger, status.json and `diagnose` consume them.
 
 use std::fmt;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
@@ -216,6 +217,90 @@ pub mod duration_ms {
     /// Deserialise from milliseconds.
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         Ok(Duration::from_millis(u64::deserialize(d)?))
+    }
+}
+
+/// One round's observations, one per target in [`Target::ALL`] order.
+#[derive(Debug, Clone)]
+pub struct Round {
+    /// When the round started (wall clock, for reports).
+    pub at: SystemTime,
+    /// The observations.
+    pub observations: Vec<Observation>,
+}
+
+impl Round {
+    /// The observations keyed by target name (status.json's `targets`).
+    pub fn by_name(&self) -> std::collections::BTreeMap<String, Observation> {
+        self.observations
+            .iter()
+            .map(|o| (o.target.name().to_owned(), o.clone()))
+            .collect()
+    }
+
+    /// The failing targets as `"<target> <state>"`, for summaries.
+    pub fn failing(&self) -> Vec<String> {
+        self.observations
+            .iter()
+            .filter(|o| o.state.is_failure())
+            .map(|o| format!("{} {}", o.target, o.state))
+            .collect()
+    }
+
+    /// The observation of one target.
+    pub fn get(&self, target: Target) -> Option<&Observation> {
+        self.observations.iter().find(|o| o.target == target)
+    }
+
+    /// The latest view: `older`'s observations with `newer`'s taking their targets' place
+    /// (a round that skipped targets, or a re-ask that asked a few, leaves the others as last
+    /// seen), in [`Target::ALL`] order, at `newer`'s time.
+    pub fn merged(older: Option<&Round>, newer: &Round) -> Round {
+        let observations = Target::ALL
+            .iter()
+            .filter_map(|t| newer.get(*t).or_else(|| older.and_then(|o| o.get(*t))))
+            .cloned()
+            .collect();
+        Round {
+            at: newer.at,
+            observations,
+        }
+    }
+}
+
+/// A repair pleg-guard can apply (the contract's `PLEG_GUARD_ACTION` values).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ActionKind {
+    /// Tier 1: force-remove containers in state `dead`, and only those.
+    PurgeDeadContainers,
+    /// Tier 2: re-execute PID 1 (`systemctl daemon-reexec`).
+    DaemonReexec,
+    /// Tier 3, last resort: restart kubelet.
+    RestartKubelet,
+}
+
+impl ActionKind {
+    /// Every action, lowest tier first.
+    pub const ALL: [ActionKind; 3] = [
+        ActionKind::PurgeDeadContainers,
+        ActionKind::DaemonReexec,
+        ActionKind::RestartKubelet,
+    ];
+
+    /// The contract's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            ActionKind::PurgeDeadContainers => "purge-dead-containers",
+            ActionKind::DaemonReexec => "daemon-reexec",
+            ActionKind::RestartKubelet => "restart-kubelet",
+        }
+    }
+}
+
+impl fmt::Display for ActionKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
     }
 }
 

@@ -201,8 +201,8 @@ fn etcd_harness_certificates_suit_the_rust_client() {
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use pleg_guard::action::ActionKind;
 use pleg_guard::fleet::{Fleet, FleetError, FleetSettings, SlotState, TlsFiles, Urgency};
+use pleg_guard::target::ActionKind;
 
 const PREFIX: &str = "/pleg-guard";
 

@@ -8,60 +8,13 @@ pub mod purge_dead;
 pub mod reexec;
 pub mod restart_kubelet;
 
-use std::fmt;
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-
-use crate::config::{ActionConfig, ActionsConfig, Config};
-
-/// A repair pleg-guard can apply (the contract's `PLEG_GUARD_ACTION` values).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum ActionKind {
-    /// Tier 1: force-remove containers in state `dead`, and only those.
-    PurgeDeadContainers,
-    /// Tier 2: re-execute PID 1 (`systemctl daemon-reexec`).
-    DaemonReexec,
-    /// Tier 3, last resort: restart kubelet.
-    RestartKubelet,
-}
-
-impl ActionKind {
-    /// Every action, lowest tier first.
-    pub const ALL: [ActionKind; 3] = [
-        ActionKind::PurgeDeadContainers,
-        ActionKind::DaemonReexec,
-        ActionKind::RestartKubelet,
-    ];
-
-    /// The contract's name.
-    pub fn name(self) -> &'static str {
-        match self {
-            ActionKind::PurgeDeadContainers => "purge-dead-containers",
-            ActionKind::DaemonReexec => "daemon-reexec",
-            ActionKind::RestartKubelet => "restart-kubelet",
-        }
-    }
-
-    /// This action's settings.
-    pub fn config(self, actions: &ActionsConfig) -> &ActionConfig {
-        match self {
-            ActionKind::PurgeDeadContainers => &actions.purge_dead_containers,
-            ActionKind::DaemonReexec => &actions.daemon_reexec,
-            ActionKind::RestartKubelet => &actions.restart_kubelet,
-        }
-    }
-}
-
-impl fmt::Display for ActionKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+use crate::config::Config;
+use crate::target::ActionKind;
 
 /// What the actions need to know of the node, taken from the configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -65,7 +65,7 @@ fn connect(config: &Config) -> ExitCode {
                     "  holder {} {} since {}",
                     h.node,
                     h.action,
-                    crate::report::time_format::rfc3339(h.since)
+                    crate::clock::time_format::rfc3339(h.since)
                 );
             }
             ExitCode::SUCCESS

@@ -9,11 +9,11 @@ use std::time::{Duration, SystemTime};
 
 use crate::assessment::{self, Assessment};
 use crate::cli::DiagnoseArgs;
+use crate::daemon::systemd_watch::{LocalTime, SystemdWatch};
 use crate::diagnosis::Diagnosis;
 use crate::probe::{Prober, systemd};
 use crate::report::journal;
 use crate::report::table;
-use crate::systemd_watch::{LocalTime, SystemdWatch};
 
 /// Exit 0 healthy, 1 a problem found, 2 usage or configuration error.
 pub fn main(args: DiagnoseArgs) -> ExitCode {

@@ -17,7 +17,7 @@ use super::{
     duration_ceiling, parse_duration,
 };
 use crate::fleet::settings::{self, FleetConfig, Secret};
-use crate::systemd_version::FixedBuild;
+use crate::systemd::version::FixedBuild;
 
 /// Checks between keys, on the merged configuration.
 pub(super) fn check_relations(config: &Config, path: &Path) -> Result<(), ConfigError> {

@@ -29,8 +29,10 @@ use std::time::Duration;
 
 use crate::client::kubelet::HttpUrl;
 use crate::fleet::FleetConfig;
-use crate::maintenance_window::Window;
-use crate::systemd_version::{DEFAULT_FIXED_BUILDS, FixedBuild};
+use crate::systemd::forecast::Thresholds;
+use crate::systemd::version::{DEFAULT_FIXED_BUILDS, FixedBuild};
+use crate::systemd::window::Window;
+use crate::target::ActionKind;
 use apply::{apply_file, check_relations};
 
 /// The configuration file the daemon and `diagnose` read when no `--config` is given.
@@ -265,6 +267,30 @@ pub struct ActionsConfig {
     pub restart_kubelet: ActionConfig,
 }
 
+impl ActionsConfig {
+    /// The settings of one action.
+    pub fn of(&self, kind: ActionKind) -> &ActionConfig {
+        match kind {
+            ActionKind::PurgeDeadContainers => &self.purge_dead_containers,
+            ActionKind::DaemonReexec => &self.daemon_reexec,
+            ActionKind::RestartKubelet => &self.restart_kubelet,
+        }
+    }
+}
+
+impl Thresholds {
+    /// The serial forecast's thresholds, from `[systemd]` and `[actions.daemon_reexec]`.
+    pub fn of(config: &Config) -> Thresholds {
+        let p = config.actions.daemon_reexec_preempt;
+        Thresholds {
+            warn_before: config.systemd.serial_warn_before,
+            preempt: p.enabled,
+            preempt_headroom: p.headroom,
+            preempt_before: p.before,
+        }
+    }
+}
+
 /// The settings every action has.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ActionConfig {
@@ -292,7 +318,7 @@ pub struct PreemptConfig {
     /// `preempt_window`: planned reexecs happen in this daily window of local time (None: any
     /// time): brought forward into it when they would come due before its next opening, and
     /// waiting for it when due outside unless the serials would run out first
-    /// ([`crate::maintenance_window`]).
+    /// ([`crate::systemd::preempt`]).
     pub window: Option<Window>,
 }
 

@@ -509,3 +509,12 @@ fn shipped_default_config_matches_built_in_defaults() {
         "{uncommented}"
     );
 }
+
+#[test]
+fn thresholds_come_from_the_config() {
+    let t = Thresholds::of(&Config::default());
+    assert_eq!(t.warn_before, std::time::Duration::from_secs(7 * 86_400));
+    assert!(t.preempt);
+    assert_eq!(t.preempt_headroom, 20_000_000);
+    assert_eq!(t.preempt_before, std::time::Duration::from_secs(6 * 3600));
+}

@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::action::ActionKind;
 use crate::config::Config;
 use crate::fleet::FleetConfig;
 use crate::fleet::policy::{self, Inputs, Verdict, WaitReason};
@@ -15,6 +14,7 @@ use crate::fleet::{Fleet, FleetError, FleetSettings, SlotState, Urgency};
 use crate::report::event::EventKind;
 use crate::report::journal::{Event, emit};
 use crate::report::status_file::{FleetNodeStatus, FleetStatus};
+use crate::target::ActionKind;
 
 /// The shortest request timeout towards etcd.
 const MIN_REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
@@ -65,7 +65,9 @@ impl FleetGate {
             fleet,
             config: config.fleet.clone(),
             node,
-            margin: crate::forecast::deadline_margin(config.actions.daemon_reexec_preempt.before),
+            margin: crate::systemd::forecast::deadline_margin(
+                config.actions.daemon_reexec_preempt.before,
+            ),
             waiting: None,
             holding: None,
             local: None,

@@ -10,13 +10,14 @@
 //! ```
 //!
 //! This file is the loop and the wiring; [`runner`] owns the ledger and an action's life,
-//! [`crate::systemd_watch`] what is known of systemd, [`crate::assessment`] the status line and the
-//! snapshot. The loop also wakes for the watchdog (`WATCHDOG=1` only from here, so a stuck
+//! [`systemd_watch`] what is known of systemd, [`crate::assessment`] the status line and
+//! the snapshot. The loop also wakes for the watchdog (`WATCHDOG=1` only from here, so a stuck
 //! loop is killed by systemd), SIGHUP (reload) and SIGTERM/SIGINT (stop at once, abandoning
 //! any call in flight; the ledger already holds a started action).
 
 pub mod fleet_gate;
 mod runner;
+pub mod systemd_watch;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -26,20 +27,21 @@ use jiff::tz::TimeZone;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::{Instant, MissedTickBehavior};
 
-use crate::action::{ActionContext, ActionKind, ActionReport, RealExecutor};
+use crate::action::{ActionContext, ActionReport, RealExecutor};
 use crate::assessment::{self, Assessment};
 use crate::config::{self, Config, Mode};
 use crate::diagnosis::{Diagnosis, FindingId, Severity, Transition};
 use crate::ladder::{self, Decision};
 use crate::probe::reask::{Reask, Reasked};
-use crate::probe::{self, Prober, Round};
+use crate::probe::{self, Prober};
 use crate::report::event::EventKind;
 use crate::report::journal::{Event, emit};
 use crate::report::notify;
 use crate::report::status_file::{self, Snapshot};
+use crate::target::{ActionKind, Round};
 
-use crate::maintenance_window::Wait;
-use crate::systemd_watch::{LocalTime, SystemdWatch};
+use crate::daemon::systemd_watch::{LocalTime, SystemdWatch};
+use crate::systemd::preempt::Wait;
 use fleet_gate::{FleetGate, Gate};
 use runner::{ActionRunner, join};
 
@@ -329,7 +331,7 @@ impl Daemon {
         let findings: Vec<FindingId> = self.diagnosis.findings().iter().map(|f| f.id).collect();
         let in_grace = self.started.elapsed() < self.config.startup_grace;
         let decisions = ladder::decide(&ladder::Context {
-            now: crate::boot_clock::Now::read(),
+            now: crate::clock::boot::Now::read(),
             mode: self.mode(),
             in_startup_grace: in_grace,
             busy: self.runner.busy(),
@@ -359,7 +361,7 @@ impl Daemon {
                     if let Some(gate) = self
                         .fleet
                         .as_mut()
-                        .filter(|_| action.config(&self.config.actions).fleet)
+                        .filter(|_| self.config.actions.of(action).fleet)
                     {
                         let urgency = fleet_gate::urgency_of(
                             action,
@@ -382,7 +384,7 @@ impl Daemon {
                     aimed_at,
                     next_allowed_at,
                 } => {
-                    let when = crate::report::time_format::rfc3339(next_allowed_at);
+                    let when = crate::clock::time_format::rfc3339(next_allowed_at);
                     let message = format!(
                         "{action} held back by its rate limit (for {}); next run allowed at {when}",
                         join(&aimed_at)
@@ -404,7 +406,7 @@ impl Daemon {
                         tracing::info!(
                             "{action} for {}: {reason}; the window opens at {}{}",
                             join(&aimed_at),
-                            opens.map_or_else(String::new, crate::report::time_format::rfc3339),
+                            opens.map_or_else(String::new, crate::clock::time_format::rfc3339),
                             self.systemd.planned_because(&aimed_at, &self.config)
                         );
                     }
@@ -448,7 +450,7 @@ impl Daemon {
         let Some(kind) = self.runner.running_action() else {
             return;
         };
-        let settle = kind.config(&self.config.actions).settle;
+        let settle = self.config.actions.of(kind).settle;
         let finished = self.runner.finish(report, settle);
         let busy = self.runner.busy();
         if let Some(gate) = self.fleet.as_mut() {
@@ -501,7 +503,7 @@ impl Daemon {
     }
 
     fn snapshot(&self, assessment: &Assessment<'_>) -> Snapshot {
-        let now = crate::boot_clock::Now::read();
+        let now = crate::clock::boot::Now::read();
         assessment.snapshot(assessment::Context {
             pid: Some(std::process::id()),
             interval: self.config.interval,

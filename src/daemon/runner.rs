@@ -15,15 +15,16 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::action::{ActionContext, ActionKind, ActionReport, Executor};
+use crate::action::{ActionContext, ActionReport, Executor};
 use crate::assessment::Activity;
-use crate::boot_clock::Now;
+use crate::clock::boot::Now;
 use crate::config::ActionsConfig;
 use crate::diagnosis::FindingId;
 use crate::ledger::{self, Ledger, LedgerFile, RunOutcome, Symptom};
 use crate::report::event::EventKind;
 use crate::report::journal::{Event, emit};
 use crate::report::status_file::{ActionRecord, BudgetStatus};
+use crate::target::ActionKind;
 
 /// An action running as a task.
 struct InFlight {
@@ -280,7 +281,7 @@ impl ActionRunner {
         if self.notes.get(&action) == Some(&message) {
             return;
         }
-        if let Some(outcome) = ledger::Outcome::of_note(kind) {
+        if let Some(outcome) = kind.counts_as() {
             self.ledger.count(action, outcome); // pleg_guard_actions_total
             self.save();
         }
@@ -329,7 +330,7 @@ impl ActionRunner {
         ActionKind::ALL
             .iter()
             .map(|a| {
-                let cfg = a.config(actions);
+                let cfg = actions.of(*a);
                 (
                     a.name().to_owned(),
                     BudgetStatus {

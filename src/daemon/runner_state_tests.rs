@@ -36,7 +36,8 @@ async fn moving_the_state_directory_mid_action_loses_and_overwrites_nothing() {
     let (a, b) = (root.join("a"), root.join("b"));
     // b already holds a run of its own, with the id the running action gets in a.
     let mut theirs = Ledger::default();
-    let their_id = theirs.record_start(ActionKind::RestartKubelet, &crate::boot_clock::Now::read());
+    let their_id =
+        theirs.record_start(ActionKind::RestartKubelet, &crate::clock::boot::Now::read());
     theirs.record_end(their_id, RunOutcome::Failed, "b's own run");
     LedgerFile::new(&b).save(&theirs).unwrap();
 
@@ -53,7 +54,7 @@ async fn moving_the_state_directory_mid_action_loses_and_overwrites_nothing() {
     let report = r.next_report().await;
     r.finish(report, Duration::ZERO);
 
-    let in_b = LedgerFile::new(&b).load(&crate::boot_clock::Now::read());
+    let in_b = LedgerFile::new(&b).load(&crate::clock::boot::Now::read());
     assert!(in_b.problem.is_none());
     let outcomes: Vec<(ActionKind, RunOutcome, &str)> = in_b
         .ledger
@@ -83,14 +84,14 @@ async fn moving_the_state_directory_mid_action_loses_and_overwrites_nothing() {
             .check(
                 ActionKind::PurgeDeadContainers,
                 purge,
-                &crate::boot_clock::Now::read()
+                &crate::clock::boot::Now::read()
             )
             .is_err()
     );
     // The settle verdict lands on the same entry.
     r.check_settled(|_| false);
     let in_b = LedgerFile::new(&b)
-        .load(&crate::boot_clock::Now::read())
+        .load(&crate::clock::boot::Now::read())
         .ledger;
     let purge_entry = in_b
         .entries()
@@ -149,7 +150,7 @@ async fn no_action_without_a_ledger_record_and_recovery_when_writable() {
     .unwrap();
     assert!(r.running());
     let on_disk = LedgerFile::new(&state)
-        .load(&crate::boot_clock::Now::read())
+        .load(&crate::clock::boot::Now::read())
         .ledger;
     let started = on_disk
         .entries()

@@ -19,7 +19,7 @@ use super::group::{
     Admission, GUARD, GroupCopy, GroupRead, MEMBERS, MemberValue, Phase, SLOTS, SlotValue,
 };
 use super::{Command, FleetError, FleetSettings, FleetView, Holder, Shared, SlotState, Urgency};
-use crate::action::ActionKind;
+use crate::target::ActionKind;
 
 /// The longest pause between reconnect attempts.
 const MAX_BACKOFF: Duration = Duration::from_secs(10);

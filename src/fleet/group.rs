@@ -45,12 +45,12 @@ pub struct SlotValue {
     /// Emergency cure or planned reexec.
     pub urgency: Urgency,
     /// Since when the node asks.
-    #[serde(with = "crate::report::time_format")]
+    #[serde(with = "crate::clock::time_format")]
     pub since: SystemTime,
     /// Waiting or holding.
     pub state: Phase,
     /// When the slot was granted.
-    #[serde(default, with = "crate::report::time_format::option")]
+    #[serde(default, with = "crate::clock::time_format::option")]
     pub granted_at: Option<SystemTime>,
 }
 
@@ -60,7 +60,7 @@ pub struct MemberValue {
     /// The node.
     pub node: String,
     /// Since when this daemon is a member.
-    #[serde(with = "crate::report::time_format")]
+    #[serde(with = "crate::clock::time_format")]
     pub since: SystemTime,
     /// pleg-guard's version.
     pub version: String,

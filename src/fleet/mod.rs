@@ -21,7 +21,7 @@ use std::time::{Duration, SystemTime};
 
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::action::ActionKind;
+use crate::target::ActionKind;
 pub use settings::{FleetConfig, MaxDisruptive, OnUnreachable, Secret};
 
 /// How urgent a slot request is: emergencies go first in the queue.

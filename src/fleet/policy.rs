@@ -12,7 +12,7 @@
 //!     the local limits alone;
 //!   - the forecast's planned reexec waits for as long as its forecast allows: it acts without
 //!     a slot once the serials are forecast to run out within
-//!     [`crate::forecast::deadline_margin`]; with no forecast time (planned on the headroom
+//!     [`crate::systemd::forecast::deadline_margin`]; with no forecast time (planned on the headroom
 //!     alone) it is bounded by `max_wait` like an emergency.
 
 use std::fmt;
@@ -38,7 +38,7 @@ pub struct Inputs<'a> {
     /// For a planned reexec: how long until PID 1 runs out of bus serials at the forecast rate
     /// (None: no forecast time).
     pub serial_eta: Option<Duration>,
-    /// [`crate::forecast::deadline_margin`] for this configuration.
+    /// [`crate::systemd::forecast::deadline_margin`] for this configuration.
     pub margin: Duration,
 }
 
@@ -194,7 +194,7 @@ mod tests {
     use std::time::SystemTime;
 
     use super::*;
-    use crate::forecast::deadline_margin;
+    use crate::systemd::forecast::deadline_margin;
 
     const MIN: Duration = Duration::from_secs(60);
 

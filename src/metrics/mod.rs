@@ -27,11 +27,11 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 
-use crate::action::ActionKind;
 use crate::config::MetricsConfig;
 use crate::diagnosis::FindingId;
 use crate::ledger::{Outcome, Totals};
 use crate::report::status_file::Snapshot;
+use crate::target::ActionKind;
 use crate::target::TargetState;
 
 /// The metrics in both text formats, rendered from one snapshot.

@@ -64,7 +64,7 @@ fn snapshot() -> Snapshot {
 
 fn totals() -> Totals {
     let mut l = Ledger::default();
-    let t = &crate::boot_clock::Now::wall_only(SystemTime::UNIX_EPOCH);
+    let t = &crate::clock::boot::Now::wall_only(SystemTime::UNIX_EPOCH);
     for symptom in [Symptom::Persisted, Symptom::Cleared, Symptom::Persisted] {
         let id = l.record_start(ActionKind::DaemonReexec, t);
         l.record_end(id, RunOutcome::Succeeded, "");

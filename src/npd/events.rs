@@ -13,9 +13,9 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use crate::action::ActionKind;
 use crate::ledger::{Entry, Ledger, Outcome, RunOutcome, Symptom};
 use crate::npd::{Verdict, clock, cut};
+use crate::target::ActionKind;
 
 /// A temporary NPD rule pleg-guard answers for (an Event, no condition of its own).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -224,7 +224,7 @@ mod tests {
     fn ledger(runs: &[(ActionKind, u64, RunOutcome, &str)]) -> Ledger {
         let mut l = Ledger::default();
         for (a, t, o, d) in runs {
-            let id = l.record_start(*a, &crate::boot_clock::Now::wall_only(at(*t)));
+            let id = l.record_start(*a, &crate::clock::boot::Now::wall_only(at(*t)));
             if *o != RunOutcome::Started {
                 l.record_end(id, *o, d);
             }

@@ -24,7 +24,7 @@ use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
 
 use crate::config::Config;
-use crate::target::{Observation, PathResult, Target, TargetState};
+use crate::target::{Observation, PathResult, Round, Target, TargetState};
 
 /// The probes of every target, with the connections they keep between rounds.
 pub struct Prober {
@@ -36,54 +36,6 @@ pub struct Prober {
     docker: docker::DockerProbe,
     containerd: containerd::ContainerdProbe,
     kubelet: kubelet::KubeletProbe,
-}
-
-/// One round's observations, one per target in [`Target::ALL`] order.
-#[derive(Debug, Clone)]
-pub struct Round {
-    /// When the round started (wall clock, for reports).
-    pub at: SystemTime,
-    /// The observations.
-    pub observations: Vec<Observation>,
-}
-
-impl Round {
-    /// The observations keyed by target name (status.json's `targets`).
-    pub fn by_name(&self) -> std::collections::BTreeMap<String, Observation> {
-        self.observations
-            .iter()
-            .map(|o| (o.target.name().to_owned(), o.clone()))
-            .collect()
-    }
-
-    /// The failing targets as `"<target> <state>"`, for summaries.
-    pub fn failing(&self) -> Vec<String> {
-        self.observations
-            .iter()
-            .filter(|o| o.state.is_failure())
-            .map(|o| format!("{} {}", o.target, o.state))
-            .collect()
-    }
-
-    /// The observation of one target.
-    pub fn get(&self, target: Target) -> Option<&Observation> {
-        self.observations.iter().find(|o| o.target == target)
-    }
-
-    /// The latest view: `older`'s observations with `newer`'s taking their targets' place
-    /// (a round that skipped targets, or a re-ask that asked a few, leaves the others as last
-    /// seen), in [`Target::ALL`] order, at `newer`'s time.
-    pub fn merged(older: Option<&Round>, newer: &Round) -> Round {
-        let observations = Target::ALL
-            .iter()
-            .filter_map(|t| newer.get(*t).or_else(|| older.and_then(|o| o.get(*t))))
-            .cloned()
-            .collect();
-        Round {
-            at: newer.at,
-            observations,
-        }
-    }
 }
 
 impl Prober {

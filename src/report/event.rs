@@ -4,6 +4,8 @@
 
 use std::fmt;
 
+use crate::ledger::Outcome;
+
 /// An event kind (the contract's `PLEG_GUARD_EVENT` values).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum EventKind {
@@ -42,6 +44,15 @@ pub enum EventKind {
 }
 
 impl EventKind {
+    /// The ledger outcome a suppressed/skipped journal note counts as.
+    pub fn counts_as(self) -> Option<Outcome> {
+        match self {
+            EventKind::ActionSuppressed => Some(Outcome::Suppressed),
+            EventKind::ActionSkipped => Some(Outcome::Skipped),
+            _ => None,
+        }
+    }
+
     /// Every kind.
     #[cfg(test)]
     pub const ALL: [EventKind; 16] = [

@@ -8,8 +8,8 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 
 use super::event::EventKind;
-use crate::action::ActionKind;
 use crate::diagnosis::FindingId;
+use crate::target::ActionKind;
 use crate::target::Target;
 
 /// Where journald listens for native-protocol messages.

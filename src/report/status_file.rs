@@ -50,9 +50,9 @@ pub struct SystemdStatus {
     /// What decided `affected`: `version-policy`, `bus-wedge-seen` (the bug's signature seen on
     /// this boot), `serial-wrapped` (a fixed sd-bus wrapped its serial).
     #[serde(default)]
-    pub evidence: crate::bug_evidence::Evidence,
+    pub evidence: crate::systemd::evidence::Evidence,
     /// When the `systemd-bus-wedge` that proves the build affected was seen (this boot).
-    #[serde(default, with = "crate::report::time_format::option")]
+    #[serde(default, with = "crate::clock::time_format::option")]
     pub bus_wedge_seen_at: Option<SystemTime>,
     /// The serial of PID 1's latest reply on the system bus (None: not seen).
     #[serde(default)]
@@ -74,7 +74,7 @@ pub struct SystemdStatus {
 
 impl SystemdStatus {
     /// Fill the serial fields from a forecast.
-    pub fn set_forecast(&mut self, f: Option<&crate::forecast::Forecast>) {
+    pub fn set_forecast(&mut self, f: Option<&crate::systemd::forecast::Forecast>) {
         self.bus_serial = f.map(|f| f.serial);
         self.bus_serial_rate = f.and_then(|f| f.rate);
         self.bus_serial_eta_s = f.and_then(|f| f.eta).map(|d| d.as_secs());
@@ -89,7 +89,7 @@ pub struct ActionRecord {
     /// The action's name.
     pub action: String,
     /// When it started.
-    #[serde(with = "crate::report::time_format")]
+    #[serde(with = "crate::clock::time_format")]
     pub at: SystemTime,
     /// `started`, `succeeded`, `failed` (plus `cleared`/`persisted` once settled).
     pub outcome: String,
@@ -118,7 +118,7 @@ pub struct Snapshot {
     /// The one-line summary (the `STATUS=` line).
     pub summary: String,
     /// When this snapshot was taken.
-    #[serde(with = "crate::report::time_format")]
+    #[serde(with = "crate::clock::time_format")]
     pub updated_at: SystemTime,
     /// The probe interval in milliseconds (a reader can tell a stale file by it).
     pub interval_ms: u64,
@@ -201,7 +201,7 @@ pub struct FleetHolder {
     /// Its action.
     pub action: String,
     /// Since when it holds the slot.
-    #[serde(with = "crate::report::time_format")]
+    #[serde(with = "crate::clock::time_format")]
     pub since: SystemTime,
 }
 
@@ -284,7 +284,7 @@ pub fn read(runtime_directory: &Path) -> Result<Snapshot, ReadError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::forecast::{Sample, SerialTracker, Windows};
+    use crate::systemd::forecast::{Sample, SerialTracker, Windows};
     use std::time::Duration;
 
     #[test]

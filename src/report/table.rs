@@ -225,7 +225,7 @@ fn write_named(out: &mut String, s: &Snapshot, id: FindingId) {
 }
 
 fn rfc3339(t: SystemTime) -> String {
-    crate::report::time_format::rfc3339(t)
+    crate::clock::time_format::rfc3339(t)
 }
 
 fn ago(t: SystemTime) -> String {

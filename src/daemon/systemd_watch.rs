@@ -1,22 +1,22 @@
 //! What the daemon knows of the running systemd across rounds: its build and the version
-//! policy's verdict, this boot's evidence ([`crate::bug_evidence`]: a wedge seen, a serial
-//! wrapped), and PID 1's bus serials over time ([`crate::forecast`]), which give the
+//! policy's verdict, this boot's evidence ([`crate::systemd::evidence`]: a wedge seen, a serial
+//! wrapped), and PID 1's bus serials over time ([`crate::systemd::forecast`]), which give the
 //! `systemd-serial-exhaustion` input of the diagnosis and say when a planned reexec is due
-//! (now, or at the next opening of `preempt_window`: [`crate::maintenance_window`]).
+//! (now, or at the next opening of `preempt_window`: [`crate::systemd::preempt`]).
 
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use jiff::tz::TimeZone;
 
-use crate::bug_evidence::{self, ProofFile, WedgeProof};
 use crate::config::{Config, ReexecWhen};
 use crate::diagnosis::{Finding, FindingId};
-use crate::forecast::{self, Change, Outlook, Sample, SerialTracker, Thresholds, Windows};
-use crate::maintenance_window::{self, Plan, Wait};
-use crate::probe::Round;
 use crate::report::status_file::SystemdStatus;
-use crate::systemd_version::{self, Verdict};
+use crate::systemd::evidence::{self, ProofFile, WedgeProof};
+use crate::systemd::forecast::{self, Change, Outlook, Sample, SerialTracker, Thresholds, Windows};
+use crate::systemd::preempt::{self, Plan, Wait};
+use crate::systemd::version::{self, Verdict};
+use crate::target::Round;
 use crate::target::Target;
 
 /// The serial forecast's word for this round.
@@ -70,7 +70,7 @@ impl SystemdWatch {
     }
 
     fn open(state_directory: &Path, persist: bool) -> Self {
-        let boot_id = bug_evidence::boot_id();
+        let boot_id = evidence::boot_id();
         let proof_file = ProofFile::new(state_directory);
         let proof = load_proof(&proof_file, boot_id.as_deref());
         SystemdWatch {
@@ -122,7 +122,7 @@ impl SystemdWatch {
             .and_then(|o| o.facts.systemd_version.clone());
         // PID 1 not answering this round keeps what we knew.
         if manager.is_some() || self.verdict.is_none() {
-            let (build, policy) = systemd_version::identify(
+            let (build, policy) = version::identify(
                 manager.as_deref(),
                 package_version,
                 &config.systemd.fixed_builds,
@@ -219,7 +219,7 @@ impl SystemdWatch {
             return;
         };
         let wrapped = self.serials.forecast().is_some_and(|f| f.wraps);
-        let weighed = bug_evidence::weigh(policy, self.proof.as_ref(), wrapped);
+        let weighed = evidence::weigh(policy, self.proof.as_ref(), wrapped);
         self.status.affected = weighed.verdict.is_affected();
         self.status.reason = weighed.verdict.reason().to_owned();
         self.status.evidence = weighed.evidence;
@@ -243,7 +243,7 @@ impl SystemdWatch {
             None => (Outlook::Calm, String::new()),
         };
         self.window_plan = forecast.filter(|_| outlook != Outlook::Calm).map(|f| {
-            maintenance_window::plan(
+            preempt::plan(
                 config.actions.daemon_reexec_preempt.window.as_ref(),
                 local.now,
                 local.tz,
@@ -408,9 +408,9 @@ mod tests {
 
     #[test]
     fn a_planned_reexec_waits_for_preempt_window_unless_it_runs_out_first() {
-        use crate::action::ActionKind;
         use crate::ladder::{self, Decision};
         use crate::ledger::Ledger;
+        use crate::target::ActionKind;
         // the shipped thresholds (headroom 2e7, before 6h), a busy node's 330/s
         let mut config = Config::default();
         config.actions.daemon_reexec_preempt.window = Some("02:00-05:00".parse().unwrap());
@@ -420,7 +420,7 @@ mod tests {
         let ledger = Ledger::default();
         let decide = |o: &SerialOutlook, findings: &[FindingId]| {
             ladder::decide(&ladder::Context {
-                now: crate::boot_clock::Now::wall_only(now),
+                now: crate::clock::boot::Now::wall_only(now),
                 mode: config.mode,
                 in_startup_grace: false,
                 busy: false,

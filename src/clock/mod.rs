@@ -5,6 +5,12 @@
 //! journal line, would kill the daemon. Every sum whose duration comes from the config or
 //! from outside goes through here instead. The config also caps its durations
 //! ([`crate::config::MAX_DURATION`]), so the saturating branches are a second line of defence.
+//!
+//! - [`boot`]: the clocks the rate limits count on (wall clock and `CLOCK_BOOTTIME`);
+//! - [`time_format`]: the one way a timestamp is written down (RFC 3339 UTC, seconds).
+
+pub mod boot;
+pub mod time_format;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

@@ -240,7 +240,8 @@ impl SerialTracker {
     }
 }
 
-/// Thresholds of the outlook (from `[systemd]` and `[actions.daemon_reexec]`).
+/// Thresholds of the outlook (from `[systemd]` and `[actions.daemon_reexec]`:
+/// `Thresholds::of(&Config)`, written where the configuration is).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Thresholds {
     /// `systemd.serial_warn_before`: warn when the serials run out sooner.
@@ -262,19 +263,6 @@ pub enum Outlook {
     Warn,
     /// `systemd-serial-exhaustion` and a planned reexec is due now.
     Preempt,
-}
-
-impl Thresholds {
-    /// From the configuration.
-    pub fn of(config: &crate::config::Config) -> Thresholds {
-        let p = config.actions.daemon_reexec_preempt;
-        Thresholds {
-            warn_before: config.systemd.serial_warn_before,
-            preempt: p.enabled,
-            preempt_headroom: p.headroom,
-            preempt_before: p.before,
-        }
-    }
 }
 
 /// The most a planned reexec keeps in hand before the forecast's end of serials: it waits (for
@@ -634,16 +622,6 @@ mod tests {
         let why = explain(&f(4_194_967_295, Some(10_000.0)), &t);
         assert!(why.contains("runs out within preempt_before (6h)"), "{why}");
         assert!(!why.contains("headroom"), "{why}");
-    }
-
-    #[test]
-    fn thresholds_come_from_the_config() {
-        let c = crate::config::Config::default();
-        let t = Thresholds::of(&c);
-        assert_eq!(t.warn_before, Duration::from_secs(7 * 86_400));
-        assert!(t.preempt);
-        assert_eq!(t.preempt_headroom, 20_000_000);
-        assert_eq!(t.preempt_before, Duration::from_secs(6 * 3600));
     }
 
     #[test]

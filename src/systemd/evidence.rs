@@ -1,5 +1,5 @@
 //! Is the running systemd affected by the bus bug (systemd#11809)? The version policy
-//! ([`crate::systemd_version`]) reads version strings; this module weighs its verdict against
+//! ([`crate::systemd::version`]) reads version strings; this module weighs its verdict against
 //! what this boot has *shown*, because evidence beats version strings:
 //!
 //! - a `systemd-bus-wedge` (the bus answers, PID 1 on it does not, PID 1 on its private socket
@@ -17,7 +17,7 @@ use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 
-use crate::systemd_version::Verdict;
+use crate::systemd::version::Verdict;
 
 /// The file in the state directory that holds the proof.
 pub const PROOF_FILE: &str = "bus-bug-proof.json";
@@ -31,7 +31,7 @@ pub struct WedgeProof {
     /// The boot it was seen on (`/proc/sys/kernel/random/boot_id`).
     pub boot_id: String,
     /// When the wedge was first seen.
-    #[serde(with = "crate::report::time_format")]
+    #[serde(with = "crate::clock::time_format")]
     pub seen_at: SystemTime,
     /// The build the version policy looked at, if known.
     #[serde(default)]
@@ -80,7 +80,7 @@ pub fn weigh(policy: Verdict, proof: Option<&WedgeProof>, serial_wrapped: bool) 
             verdict: Verdict::Affected {
                 reason: format!(
                     "the systemd-bus-wedge signature was seen on this boot at {} (the version policy alone says: {reason})",
-                    crate::report::time_format::rfc3339(p.seen_at)
+                    crate::clock::time_format::rfc3339(p.seen_at)
                 ),
             },
             evidence: Evidence::BusWedgeSeen,
