@@ -16,9 +16,15 @@
 //!   faults the detection section injects (e.g. `logind,dbus,dockerd,pid1-wedged`: the hangs
 //!   only; `pid1-wedged` needs the affected bed);
 //! - `PLEG_BENCH_HANG_SECS` [600]: how long logind stays stopped in the long-hang section;
-//! - `PLEG_BENCH_FOOTPRINT_SECS` [120]: the CPU measuring window (extrapolated to an hour);
+//! - `PLEG_BENCH_FOOTPRINT_SECS` [120]: the CPU measuring window (extrapolated to an hour) of
+//!   the footprint section, which measures two settings: defaults (no `[fleet]`) and defaults
+//!   plus a `[fleet]` on a real 3-member TLS etcd cluster (tests/support/etcd.rs);
 //! - `PLEG_BENCH_STARTS` [5]: `systemctl start` samples per repeat in the start-up section;
-//! - `PLEG_BENCH_OUT` [bench-results/field.json].
+//! - `PLEG_BENCH_OUT` [bench-results/field.json];
+//! - `PLEG_BENCH_BINARY` [the bench build's]: the pleg-guard in the detection, repair and
+//!   footprint beds, e.g. the
+//!   packaged one (`target/x86_64-unknown-linux-gnu/release/pleg-guard` after
+//!   packaging/build-deb.sh).
 //!
 //! The daemon under test is the binary cargo builds for this bench (`CARGO_BIN_EXE_pleg-guard`,
 //! the bench profile = release settings: `target/release/pleg-guard`), bound into each bed.
@@ -483,12 +489,20 @@ fn inject(bed: &Bed, f: Fault, released: bool) -> (u64, Injected) {
 fn boot(env: &BedEnv, docker: bool) -> Bed {
     Bed::boot(
         env,
-        if docker {
-            BedOptions::with_pleg_guard_and_docker()
-        } else {
-            BedOptions::with_pleg_guard()
+        BedOptions {
+            docker,
+            pleg_guard_binary: Some(daemon_under_test()),
+            ..Default::default()
         },
     )
+}
+
+/// `PLEG_BENCH_BINARY` (e.g. the packaged build, target/<triple>/release/pleg-guard), else the
+/// binary cargo built for this bench.
+fn daemon_under_test() -> PathBuf {
+    std::env::var_os("PLEG_BENCH_BINARY")
+        .map(PathBuf::from)
+        .unwrap_or_else(built_pleg_guard)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -683,6 +697,45 @@ struct Footprint {
     samples: Vec<ProcSample>,
     window_s: f64,
     clk_tck: f64,
+    /// Where the resident memory is at the end of the window: KiB per kind of mapping.
+    rss_by_mapping: Vec<(String, u64)>,
+}
+
+/// The daemon's resident memory by kind of mapping, from /proc/PID/smaps: its own code and
+/// read-only data (file pages it touched), its relocated and writable data, the heap, other
+/// anonymous memory (allocator arenas of other threads, thread stacks), shared libraries,
+/// the main stack.
+fn rss_by_mapping(bed: &Bed, pid: u32) -> Vec<(String, u64)> {
+    const AWK: &str = r#"/^[0-9a-f]+-[0-9a-f]+ / {
+        name = $6
+        if (name ~ /pleg-guard$/) kind = ($2 ~ /x/) ? "binary code" : "binary data"
+        else if (name == "[heap]") kind = "heap"
+        else if (name == "[stack]") kind = "stack"
+        else if (name == "") kind = "other anonymous"
+        else if (name ~ /\.so/) kind = "libraries"
+        else kind = "other"
+        next
+    }
+    /^Rss:/ { kib[kind] += $2 }
+    END { for (k in kib) print k ": " kib[k] }"#;
+    let out = bed.sh_ok(&format!("awk '{AWK}' /proc/{pid}/smaps"));
+    let mut kinds: Vec<(String, u64)> = out
+        .lines()
+        .filter_map(|l| {
+            let (k, v) = l.rsplit_once(": ")?;
+            Some((k.to_string(), v.trim().parse().ok()?))
+        })
+        .collect();
+    kinds.sort_by_key(|k| std::cmp::Reverse(k.1));
+    kinds
+}
+
+fn fmt_mapping(kinds: &[(String, u64)]) -> String {
+    kinds
+        .iter()
+        .map(|(k, v)| format!("{k} {:.2}", *v as f64 / 1024.0))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 impl Footprint {
@@ -701,10 +754,23 @@ impl Footprint {
     }
 }
 
-fn footprint_once(env: &BedEnv, window: u64) -> Footprint {
+/// The daemon's footprint on a healthy bed with docker over `window` seconds: at default
+/// settings, or with a `[fleet]` on `etcd` (a real 3-member TLS cluster, bridged into the bed).
+fn footprint_once(
+    env: &BedEnv,
+    window: u64,
+    fleet: Option<&support::etcd::EtcdCluster>,
+) -> Footprint {
     let _docker = docker_lock();
     let bed = boot(env, true);
-    bed.install_pleg_guard(&DEFAULT.config("repair", ""));
+    let _bridge = fleet.map(|etcd| {
+        support::fleet_bed::give_certificates(&bed, etcd);
+        support::fleet_bed::bridge(&bed, etcd)
+    });
+    let fleet_table = fleet
+        .map(|etcd| support::fleet_bed::fleet_toml(etcd, "footprint", &bed.name))
+        .unwrap_or_default();
+    bed.install_pleg_guard(&format!("{}\n{fleet_table}", DEFAULT.config("repair", "")));
     bed.start_pleg_guard();
     let pid = bed.main_pid("pleg-guard.service");
     let clk_tck: f64 = bed.sh_ok("getconf CLK_TCK").parse().unwrap_or(100.0);
@@ -720,10 +786,12 @@ fn footprint_once(env: &BedEnv, window: u64) -> Footprint {
     }
     let window_s = samples[samples.len() - 1].at - samples[0].at;
     assert_eq!(bed.main_pid("pleg-guard.service"), pid, "daemon restarted");
+    let rss_by_mapping = rss_by_mapping(&bed, pid);
     Footprint {
         samples,
         window_s,
         clk_tck,
+        rss_by_mapping,
     }
 }
 
@@ -1069,83 +1137,135 @@ fn main() {
 
     // --- footprint --------------------------------------------------------------------------
     if wants("footprint") {
-        let mut rss = Vec::new();
-        let mut hwm = Vec::new();
-        let mut thr = Vec::new();
-        let mut fds = Vec::new();
-        let mut own = Vec::new();
-        let mut total = Vec::new();
-        for r in 0..k.repeat {
-            eprintln!("== footprint run {} ({} s window)", r + 1, k.footprint_secs);
-            match attempt("footprint", || footprint_once(&env, k.footprint_secs)) {
-                Ok(fp) => {
-                    let max = |g: fn(&ProcSample) -> u64| {
-                        fp.samples.iter().map(g).max().unwrap_or(0) as f64
-                    };
-                    rss.push(max(|s| s.rss_kib) / 1024.0);
-                    hwm.push(max(|s| s.hwm_kib) / 1024.0);
-                    thr.push(max(|s| s.threads));
-                    fds.push(max(|s| s.fds));
-                    own.push(fp.own_cpu_per_hour());
-                    total.push(fp.total_cpu_per_hour());
-                    eprintln!(
-                        "   rss {:.1} MiB, threads {}, fds {}, cpu {:.2} s/h own + {:.2} s/h children over {:.0} s",
-                        rss[rss.len() - 1],
-                        thr[thr.len() - 1],
-                        fds[fds.len() - 1],
-                        fp.own_cpu_per_hour(),
-                        fp.total_cpu_per_hour() - fp.own_cpu_per_hour(),
-                        fp.window_s
-                    );
-                }
-                Err(e) => errors.push(e),
-            }
-        }
+        // the fleet setting needs a real etcd cluster; without one it is reported as an error
+        let etcd = support::etcd::EtcdCluster::start(3)
+            .map_err(|e| errors.push(format!("footprint with [fleet]: etcd cluster: {e}")))
+            .ok();
+        let settings: [(&str, &str, Option<&support::etcd::EtcdCluster>, f64); 2] = [
+            ("default", "default settings, no [fleet]", None, 8.0),
+            (
+                "fleet",
+                "default settings + [fleet] (3-member TLS etcd)",
+                etcd.as_ref(),
+                10.0,
+            ),
+        ];
+        let mut per_setting = Map::new();
         table.push(format!(
-            "\nFOOTPRINT at default settings (interval 10s), healthy bed with docker; CPU measured over {} s and extrapolated to 1 h; min / median / max",
+            "\nFOOTPRINT, healthy bed with docker (interval 10s); CPU measured over {} s and extrapolated to 1 h; min / median / max",
             k.footprint_secs
         ));
-        table.push(format!(
-            "  RSS (VmRSS, max in window)   {}",
-            fmt_stats(&rss, "MiB", 2)
-        ));
-        table.push(format!(
-            "  peak RSS (VmHWM)             {}",
-            fmt_stats(&hwm, "MiB", 2)
-        ));
-        table.push(format!(
-            "  CPU, daemon (utime+stime)    {}",
-            fmt_stats(&own, "s/h", 2)
-        ));
-        table.push(format!(
-            "  CPU, incl. children          {}",
-            fmt_stats(&total, "s/h", 2)
-        ));
-        table.push(format!(
-            "  threads                      {}",
-            fmt_stats(&thr, "", 0)
-        ));
-        table.push(format!(
-            "  open fds                     {}",
-            fmt_stats(&fds, "", 0)
-        ));
-        let rss_ok = stats(&rss).is_some_and(|s| s.max < 10.0);
-        let cpu_ok = stats(&total).is_some_and(|s| s.max < 1.0);
-        let own_ok = stats(&own).is_some_and(|s| s.max < 1.0);
-        verdicts.push(("RSS < 10 MiB".into(), rss_ok));
-        verdicts.push(("CPU < 1 s/h (daemon + its children)".into(), cpu_ok));
-        verdicts.push(("CPU < 1 s/h (daemon alone)".into(), own_ok));
+        for (key, label, fleet, rss_goal_mib) in settings {
+            if key == "fleet" && fleet.is_none() {
+                continue;
+            }
+            let mut rss = Vec::new();
+            let mut hwm = Vec::new();
+            let mut thr = Vec::new();
+            let mut fds = Vec::new();
+            let mut own = Vec::new();
+            let mut total = Vec::new();
+            let mut mappings = Vec::new();
+            for r in 0..k.repeat {
+                eprintln!(
+                    "== footprint {key} run {} ({} s window)",
+                    r + 1,
+                    k.footprint_secs
+                );
+                match attempt("footprint", || {
+                    footprint_once(&env, k.footprint_secs, fleet)
+                }) {
+                    Ok(fp) => {
+                        let max = |g: fn(&ProcSample) -> u64| {
+                            fp.samples.iter().map(g).max().unwrap_or(0) as f64
+                        };
+                        rss.push(max(|s| s.rss_kib) / 1024.0);
+                        hwm.push(max(|s| s.hwm_kib) / 1024.0);
+                        thr.push(max(|s| s.threads));
+                        fds.push(max(|s| s.fds));
+                        own.push(fp.own_cpu_per_hour());
+                        total.push(fp.total_cpu_per_hour());
+                        eprintln!(
+                            "   rss {:.2} MiB, threads {}, fds {}, cpu {:.2} s/h own + {:.2} s/h children over {:.0} s",
+                            rss[rss.len() - 1],
+                            thr[thr.len() - 1],
+                            fds[fds.len() - 1],
+                            fp.own_cpu_per_hour(),
+                            fp.total_cpu_per_hour() - fp.own_cpu_per_hour(),
+                            fp.window_s
+                        );
+                        eprintln!(
+                            "   RSS by mapping, MiB: {}",
+                            fmt_mapping(&fp.rss_by_mapping)
+                        );
+                        mappings.push(fp.rss_by_mapping);
+                    }
+                    Err(e) => errors.push(e),
+                }
+            }
+            table.push(format!("  {label}"));
+            table.push(format!(
+                "    RSS (VmRSS, max in window)   {}",
+                fmt_stats(&rss, "MiB", 2)
+            ));
+            table.push(format!(
+                "    peak RSS (VmHWM)             {}",
+                fmt_stats(&hwm, "MiB", 2)
+            ));
+            table.push(format!(
+                "    CPU, daemon (utime+stime)    {}",
+                fmt_stats(&own, "s/h", 2)
+            ));
+            table.push(format!(
+                "    CPU, incl. children          {}",
+                fmt_stats(&total, "s/h", 2)
+            ));
+            table.push(format!(
+                "    threads                      {}",
+                fmt_stats(&thr, "", 0)
+            ));
+            table.push(format!(
+                "    open fds                     {}",
+                fmt_stats(&fds, "", 0)
+            ));
+            for (i, m) in mappings.iter().enumerate() {
+                table.push(format!(
+                    "    RSS by mapping, run {}, MiB  {}",
+                    i + 1,
+                    fmt_mapping(m)
+                ));
+            }
+            let rss_ok = stats(&rss).is_some_and(|s| s.max < rss_goal_mib);
+            verdicts.push((format!("RSS < {rss_goal_mib:.0} MiB ({key})"), rss_ok));
+            // the CPU goal is the default setting's; the fleet's lease keep-alives are extra
+            if fleet.is_none() {
+                let cpu_ok = stats(&total).is_some_and(|s| s.max < 1.0);
+                let own_ok = stats(&own).is_some_and(|s| s.max < 1.0);
+                verdicts.push(("CPU < 1 s/h (daemon + its children)".into(), cpu_ok));
+                verdicts.push(("CPU < 1 s/h (daemon alone)".into(), own_ok));
+            }
+            per_setting.insert(
+                key.into(),
+                json!({
+                    "rss_mib": stats_json(&rss),
+                    "hwm_mib": stats_json(&hwm),
+                    "cpu_s_per_hour_own": stats_json(&own),
+                    "cpu_s_per_hour_with_children": stats_json(&total),
+                    "threads": stats_json(&thr),
+                    "fds": stats_json(&fds),
+                    "rss_kib_by_mapping": mappings
+                        .iter()
+                        .map(|m| m.iter().cloned().collect::<BTreeMap<String, u64>>())
+                        .collect::<Vec<_>>(),
+                }),
+            );
+        }
         report.insert(
             "footprint".into(),
             json!({
                 "window_s": k.footprint_secs,
                 "extrapolated_to_hour": true,
-                "rss_mib": stats_json(&rss),
-                "hwm_mib": stats_json(&hwm),
-                "cpu_s_per_hour_own": stats_json(&own),
-                "cpu_s_per_hour_with_children": stats_json(&total),
-                "threads": stats_json(&thr),
-                "fds": stats_json(&fds),
+                "settings": Value::Object(per_setting),
             }),
         );
     }

@@ -1,11 +1,11 @@
 #!/bin/bash
 # Regenerates src/client/cri/generated.rs from proto/cri-api-v1.proto, or with --check compares
-# the committed file with a fresh generation (exit 1 when they differ). Needs cargo and protoc
-# (Debian: apt-get install protobuf-compiler); building pleg-guard needs neither protoc nor this.
+# the committed file with a fresh generation (exit 1 when they differ). Needs only cargo: protoc
+# comes from crates.io (protoc-bin-vendored, proto/gen/Cargo.toml); building pleg-guard needs
+# neither this nor an installed protoc.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 OUT=$ROOT/src/client/cri/generated.rs
-command -v protoc >/dev/null || { echo "regen.sh: protoc not found (apt-get install protobuf-compiler)" >&2; exit 2; }
 tmp=$(mktemp)
 trap 'rm -f "$tmp"' EXIT
 sum=$(sha256sum "$ROOT/proto/cri-api-v1.proto" | cut -d' ' -f1)

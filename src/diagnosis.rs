@@ -780,9 +780,13 @@ mod tests {
     }
 
     #[test]
-    fn the_catalog_and_the_readme_document_every_finding() {
+    fn the_catalog_the_readme_and_the_findings_page_document_every_finding() {
         let root = env!("CARGO_MANIFEST_DIR");
-        for file in ["systemd/pleg-guard.catalog", "README.md"] {
+        for file in [
+            "systemd/pleg-guard.catalog",
+            "README.md",
+            "docs/findings.md",
+        ] {
             let text = std::fs::read_to_string(format!("{root}/{file}")).unwrap();
             for id in FindingId::ALL {
                 assert!(

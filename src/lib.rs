@@ -2,7 +2,7 @@
 //!
 //! Data flows one way: probe round (I/O, bounded) → observations → diagnosis (pure) →
 //! findings → ladder (pure, with the ledger) → action (I/O) → report (journal, status.json,
-//! sd_notify). See README.md for the picture.
+//! sd_notify). See README.md for the picture and docs/layout.md for where each part lives.
 //!
 //! The library holds every module; `src/main.rs` is only the entry. Integration tests and
 //! benchmarks use the library directly (e.g. many fleet clients in one process).

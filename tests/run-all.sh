@@ -25,7 +25,7 @@ if [ "$(id -u)" != 0 ]; then
     exit 2
 fi
 
-step "Debian packages for packaging, metrics and the fleet budget: rpm, lintian, rpmlint, binutils, python3-venv, prometheus, node_exporter, etcd, protoc, socat, openssl"
+step "Debian packages for packaging, metrics and the fleet budget: rpm, lintian, rpmlint, binutils, python3-venv, prometheus, node_exporter, etcd, socat, openssl"
 need=()
 # etcd-server/etcd-client: tests/fleet.rs and benches/fleet.rs start their own 3-member TLS
 # cluster on free loopback ports (tests/support/etcd.rs, certificates by openssl)
@@ -34,9 +34,7 @@ for tool in rpm:rpm lintian:lintian rpmlint:rpmlint systemd-analyze:systemd objd
     etcd:etcd-server etcdctl:etcd-client socat:socat openssl:openssl; do
     command -v "${tool%%:*}" >/dev/null || need+=("${tool#*:}")
 done
-# etcd-client's build script compiles etcd's .proto files: protoc and protobuf's own includes
-command -v protoc >/dev/null || need+=(protobuf-compiler)
-[ -e /usr/include/google/protobuf/descriptor.proto ] || need+=(libprotobuf-dev)
+# (no protoc: etcd-client's build script runs the one Cargo.toml brings from crates.io)
 # tests/clock_jumps.rs preloads libfaketime into the bed's pleg-guard (copied in from the host)
 [ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ] || need+=(libfaketime)
 # packaging/zig-toolchain.sh puts zig (PyPI's ziglang) into a venv

@@ -39,7 +39,7 @@ impl Drop for Stress {
 }
 
 #[test]
-#[ignore = "10 minutes of saturated CPUs: run alone (see the README's Reliability section)"]
+#[ignore = "10 minutes of saturated CPUs: run alone (see the soak in docs/reliability.md)"]
 fn busy_healthy_node_gets_no_false_action() {
     let Some(env) = require_bed() else { return };
     let minutes: u64 = std::env::var("PLEG_SOAK_MINUTES")

@@ -527,19 +527,18 @@ async fn fleet_changed(fleet: &mut Option<FleetGate>) {
 }
 
 /// The node's time zone for `preempt_window`: `TZ`, else `/etc/localtime`; UTC when it cannot
-/// be read (with a warning, when a window is set).
+/// be read (with a warning). Without a window nothing reads local time, so the zone (its
+/// rules, and jiff's look-up of its name in /usr/share/zoneinfo) is not loaded at all.
 pub(crate) fn local_time_zone(config: &Config) -> TimeZone {
-    match TimeZone::try_system() {
-        Ok(tz) => tz,
-        Err(e) => {
-            if let Some(w) = config.actions.daemon_reexec_preempt.window {
-                tracing::warn!(
-                    "the local time zone cannot be read ({e}): preempt_window {w} is taken as UTC"
-                );
-            }
-            TimeZone::UTC
-        }
-    }
+    let Some(window) = config.actions.daemon_reexec_preempt.window else {
+        return TimeZone::UTC;
+    };
+    TimeZone::try_system().unwrap_or_else(|e| {
+        tracing::warn!(
+            "the local time zone cannot be read ({e}): preempt_window {window} is taken as UTC"
+        );
+        TimeZone::UTC
+    })
 }
 
 /// The daemon's probes: like `diagnose`'s, but following kubelet's journal continuously.

@@ -41,6 +41,7 @@ use serde_json::{Map, Value};
 mod affected_bed;
 mod bus_client;
 pub mod etcd;
+pub mod fleet_bed;
 pub use etcd::under_ci;
 mod pid1_serial;
 mod scenario;

@@ -8,7 +8,7 @@
 //! running manager's `Version` D-Bus property and the installed package version, and compares the
 //! distribution release against a list of known-fixed builds using rpm's version comparison.
 //!
-//! Checked for a backport besides RHEL (README, "Supported distributions"): Ubuntu 18.04
+//! Checked for a backport besides RHEL (docs/packaging.md, "Supported distributions"): Ubuntu 18.04
 //! (`237-3ubuntu10.*`) and Debian 10 (`241-7~deb10u*`): no backport found, so no rule, and both
 //! stay affected. Amazon Linux 2: `219-57.amzn2.0.12`'s changelog has no backport; the later
 //! `219-78.amzn2.0.x` rebuilds of RHEL 7.9 could not be placed, so RHEL's rules do not apply to
