@@ -27,3 +27,5 @@ pub mod property_tests;
 pub mod report;
 pub mod systemd;
 pub mod target;
+#[cfg(test)]
+pub mod testing;

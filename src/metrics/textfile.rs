@@ -84,14 +84,7 @@ fn write_then_rename(tmp: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn tempdir(name: &str) -> PathBuf {
-        let d =
-            std::env::temp_dir().join(format!("pleg-guard-textfile-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        d
-    }
+    use crate::testing::tempdir;
 
     #[test]
     fn missing_directory_writes_nothing_and_is_no_error() {
