@@ -572,6 +572,7 @@ mod tests {
     use std::num::NonZeroU32;
 
     use super::*;
+    use crate::testing::tempdir;
 
     fn t(s: u64) -> SystemTime {
         SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000 + s)
@@ -808,14 +809,6 @@ mod tests {
         // A fresh id after the move does not collide.
         let next = new.record_start(A, &at(t(300)));
         assert!(new.entries().iter().filter(|e| e.id == next).count() == 1);
-    }
-
-    fn tempdir(name: &str) -> PathBuf {
-        let d =
-            std::env::temp_dir().join(format!("pleg-guard-ledger-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        d
     }
 
     #[test]

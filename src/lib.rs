@@ -28,3 +28,5 @@ pub mod report;
 pub mod state_file;
 pub mod systemd;
 pub mod target;
+#[cfg(test)]
+pub mod testing;

@@ -106,15 +106,16 @@ fn undeletable_dead_container_fails_then_is_rate_limited() {
             .unwrap_or("")
             .contains("next run allowed at")
     );
-    std::thread::sleep(secs(4));
-    assert_eq!(
-        events(&bed, "action-started", Some("purge-dead-containers")),
-        1
-    );
-    assert_eq!(
-        events(&bed, "action-suppressed", Some("purge-dead-containers")),
-        1,
-        "suppression is logged once, not every round"
+    stays(
+        "purge-dead-containers started, then suppressed once (not every round)",
+        (1, 1),
+        secs(4),
+        || {
+            (
+                events(&bed, "action-started", Some("purge-dead-containers")),
+                events(&bed, "action-suppressed", Some("purge-dead-containers")),
+            )
+        },
     );
     assert_eq!(bed.unit_property("pleg-guard", "ActiveState"), "active");
     assert_eq!(docker_state(&dead.name).as_deref(), Some("dead"));
@@ -149,9 +150,17 @@ fn reexec_cures_a_stuck_logind_once() {
         &[("PLEG_GUARD_TARGET", "logind")],
         secs(5),
     );
-    std::thread::sleep(secs(4));
-    assert_eq!(bed.reexec_count(), 1, "exactly one reexec");
-    assert_eq!(events(&bed, "action-started", Some("daemon-reexec")), 1);
+    stays(
+        "exactly one reexec (count, action-started)",
+        (1, 1),
+        secs(4),
+        || {
+            (
+                bed.reexec_count(),
+                events(&bed, "action-started", Some("daemon-reexec")),
+            )
+        },
+    );
     let status = bed.status_json();
     assert_eq!(status["state"], "healthy", "{status:#}");
     assert_eq!(
@@ -180,10 +189,18 @@ fn reexecs_stop_at_the_budget_when_logind_stays_stuck() {
         &[("PLEG_GUARD_ACTION", "daemon-reexec")],
         secs(90),
     );
-    std::thread::sleep(secs(5));
-    assert_eq!(events(&bed, "action-started", Some("daemon-reexec")), 2);
-    assert_eq!(events(&bed, "symptom-persisted", Some("daemon-reexec")), 2);
-    assert_eq!(bed.reexec_count(), 2);
+    stays(
+        "two reexecs, no third (started, persisted, count)",
+        (2, 2, 2),
+        secs(5),
+        || {
+            (
+                events(&bed, "action-started", Some("daemon-reexec")),
+                events(&bed, "symptom-persisted", Some("daemon-reexec")),
+                bed.reexec_count(),
+            )
+        },
+    );
     let status = bed.status_json();
     assert_eq!(
         status["budget"]["daemon-reexec"]["remaining"], 0,
@@ -209,9 +226,9 @@ fn stopped_bus_is_reported_and_not_reexeced() {
         &[("PLEG_GUARD_FINDING", "bus-unresponsive")],
         secs(20),
     );
-    std::thread::sleep(secs(6));
-    assert_eq!(events(&bed, "action-started", None), 0);
-    assert_eq!(bed.reexec_count(), 0);
+    stays("no action, no reexec", (0, 0), secs(6), || {
+        (events(&bed, "action-started", None), bed.reexec_count())
+    });
 }
 
 #[test]
@@ -234,12 +251,16 @@ fn wedged_kubelet_is_restarted_once() {
         before,
         "kubelet was restarted"
     );
-    std::thread::sleep(secs(3));
-    assert_eq!(events(&bed, "action-started", Some("restart-kubelet")), 1);
-    assert_eq!(
-        events(&bed, "action-started", None),
-        1,
-        "nothing else was done"
+    stays(
+        "one restart-kubelet and nothing else (restarts, all actions)",
+        (1, 1),
+        secs(3),
+        || {
+            (
+                events(&bed, "action-started", Some("restart-kubelet")),
+                events(&bed, "action-started", None),
+            )
+        },
     );
 }
 
@@ -335,10 +356,13 @@ fn observe_mode_changes_nothing() {
         &[("PLEG_GUARD_FINDING", "kubelet-pleg-unhealthy")],
         secs(20),
     );
-    std::thread::sleep(secs(5));
-    assert_eq!(events(&bed, "action-started", None), 0);
+    stays(
+        "observe mode: no action, no reexec",
+        (0, 0),
+        secs(5),
+        || (events(&bed, "action-started", None), bed.reexec_count()),
+    );
     assert_eq!(docker_state(&dead.name).as_deref(), Some("dead"));
-    assert_eq!(bed.reexec_count(), 0);
     assert_eq!(bed.main_pid("kubelet.service"), kubelet);
     assert_eq!(bed.status_json()["mode"], "observe");
     // --dry-run does the same whatever the file says (checked on the command line).
@@ -381,8 +405,9 @@ fn budget_survives_kill_9_and_restart() {
         &[("PLEG_GUARD_ACTION", "daemon-reexec")],
         secs(30),
     );
-    std::thread::sleep(secs(3));
-    assert_eq!(events(&bed, "action-started", Some("daemon-reexec")), 1);
+    stays("one daemon-reexec started, no second", 1, secs(3), || {
+        events(&bed, "action-started", Some("daemon-reexec"))
+    });
     assert!(bed.reexec_count() <= 1);
     let status = bed.status_json();
     assert_eq!(
@@ -515,9 +540,12 @@ fn dry_run_flag_acts_on_nothing() {
             .contains("observe mode"),
         "{skipped:?}"
     );
-    std::thread::sleep(secs(3));
-    assert_eq!(events(&bed, "action-started", None), 0);
-    assert_eq!(bed.reexec_count(), 0);
+    stays(
+        "observe mode: no action, no reexec",
+        (0, 0),
+        secs(3),
+        || (events(&bed, "action-started", None), bed.reexec_count()),
+    );
     assert_eq!(bed.status_json()["mode"], "observe");
 }
 

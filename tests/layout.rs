@@ -160,3 +160,331 @@ fn test_modules_come_last() {
         "code after a test module (tests belong at the end): {offenders:#?}"
     );
 }
+
+// ---- the module graph: rooms, floors, arrows, circles --------------------------------------
+//
+// A room is a module down to two levels (`config`, `systemd/window`, `client/kubelet`), an arrow
+// is a path to another room named in non-test code (`use crate::…`, `crate::…::x`,
+// `super::…`), a circle is a set of rooms that reach each other, and a room's floor is the
+// longest chain of arrows below it. `cargo test --test layout -- --nocapture module_graph`
+// prints it; `LAYOUT_SRC=/other/tree/src` measures another checkout (e.g. an older commit's
+// `git worktree`), `LAYOUT_DEPTH=1` counts top-level modules as rooms.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+/// How deep a room goes: `client/kubelet` is a room, `client/kubelet/url` part of it.
+const ROOM_DEPTH: usize = 2;
+
+/// The module path of a source file (`src/a/mod.rs` and `src/a.rs` are `a`), None for the roots.
+fn module_of(rel: &Path) -> Option<Vec<String>> {
+    let mut parts: Vec<String> = rel
+        .with_extension("")
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    if parts.last().is_some_and(|p| p == "mod") {
+        parts.pop();
+    }
+    if parts == ["lib"] || parts.is_empty() {
+        return None;
+    }
+    Some(parts)
+}
+
+/// Test-only code: `*tests.rs` files and the test helpers' modules.
+fn test_only(module: &[String]) -> bool {
+    module.last().is_some_and(|m| m.ends_with("tests"))
+        || module
+            .first()
+            .is_some_and(|m| m == "property_tests" || m == "testing")
+}
+
+/// A file's code without comments and without its test modules (they come last).
+fn code_without_tests(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut code = String::new();
+    for (i, line) in lines.iter().enumerate() {
+        let opens_tests = *line == "#[cfg(test)]"
+            && lines.get(i + 1).is_some_and(|next| {
+                let next = next.trim_start_matches("pub(crate) ");
+                next.starts_with("mod ") && next.ends_with('{')
+            });
+        if opens_tests {
+            break;
+        }
+        if !line.trim_start().starts_with("//") {
+            code.push_str(line);
+            code.push('\n');
+        }
+    }
+    code
+}
+
+fn ident_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_'
+}
+
+/// `a::b::c` at the start of `s`: the segments, and the rest after them (at a `::{` group the
+/// rest starts with `{`).
+fn segments(s: &str) -> (Vec<String>, &str) {
+    let mut out = Vec::new();
+    let mut rest = s;
+    loop {
+        let n = rest.find(|c: char| !ident_char(c)).unwrap_or(rest.len());
+        if n == 0 {
+            return (out, rest);
+        }
+        out.push(rest[..n].to_owned());
+        rest = &rest[n..];
+        match rest.strip_prefix("::") {
+            Some(r) if r.starts_with(|c: char| ident_char(c)) => rest = r,
+            Some(r) if r.starts_with('{') => return (out, r),
+            _ => return (out, rest),
+        }
+    }
+}
+
+/// Every path that starts with `crate::`, `super::` or `pleg_guard::` in `code`, as its head
+/// and segments; a `::{a, b::c}` group gives one path per item.
+fn paths_in(code: &str) -> Vec<(String, Vec<String>)> {
+    let mut out = Vec::new();
+    for head in ["crate::", "super::", "pleg_guard::"] {
+        for (at, _) in code.match_indices(head) {
+            if code[..at].ends_with(|c: char| ident_char(c) || c == ':') {
+                continue;
+            }
+            let (base, rest) = segments(&code[at + head.len()..]);
+            if let Some(group) = rest.strip_prefix('{') {
+                let mut depth = 0;
+                let mut item = String::new();
+                for c in group.chars() {
+                    match c {
+                        '{' => depth += 1,
+                        '}' if depth == 0 => break,
+                        '}' => depth -= 1,
+                        ',' if depth == 0 => {
+                            let (segs, _) = segments(item.trim());
+                            out.push((head.to_owned(), [base.clone(), segs].concat()));
+                            item.clear();
+                            continue;
+                        }
+                        _ => {}
+                    }
+                    item.push(c);
+                }
+                let (segs, _) = segments(item.trim());
+                out.push((head.to_owned(), [base.clone(), segs].concat()));
+            } else {
+                out.push((head.to_owned(), base));
+            }
+        }
+    }
+    out
+}
+
+/// Rooms and the arrows between them.
+struct Graph {
+    arrows: BTreeMap<String, BTreeSet<String>>,
+    rooms: BTreeSet<String>,
+}
+
+fn module_graph(src: &Path) -> Graph {
+    let mut files = Vec::new();
+    sources(src, &mut files);
+    let mut modules = BTreeMap::new();
+    for f in files {
+        let Ok(rel) = f.strip_prefix(src) else {
+            continue;
+        };
+        if let Some(m) = module_of(rel) {
+            modules.insert(m, f);
+        }
+    }
+    let depth = std::env::var("LAYOUT_DEPTH")
+        .ok()
+        .and_then(|d| d.parse().ok())
+        .unwrap_or(ROOM_DEPTH);
+    let room = |m: &[String]| m[..m.len().min(depth)].join("/");
+    let resolve = |path: &[String]| {
+        (1..=path.len())
+            .rev()
+            .map(|k| &path[..k])
+            .find(|p| modules.contains_key(*p))
+            .map(<[String]>::to_vec)
+    };
+    let mut g = Graph {
+        arrows: BTreeMap::new(),
+        rooms: BTreeSet::new(),
+    };
+    for (m, file) in &modules {
+        if test_only(m) || m == &["main"] {
+            continue;
+        }
+        let from = room(m);
+        g.rooms.insert(from.clone());
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        for (head, segs) in paths_in(&code_without_tests(&text)) {
+            let full = if head == "super::" {
+                // `super` of `a/b.rs` (module a::b) is `a`; of `a/mod.rs` (module a) the root
+                [&m[..m.len() - 1], &segs[..]].concat()
+            } else {
+                segs
+            };
+            let Some(to) = resolve(&full) else { continue };
+            if test_only(&to) {
+                continue;
+            }
+            let to = room(&to);
+            if to != from {
+                g.arrows.entry(from.clone()).or_default().insert(to);
+            }
+        }
+    }
+    g
+}
+
+/// The circles (rooms that reach each other) and each room's floor.
+fn circles_and_floors(g: &Graph) -> (Vec<Vec<String>>, BTreeMap<String, usize>) {
+    let reach = |start: &String| {
+        let mut seen = BTreeSet::new();
+        let mut todo = vec![start.clone()];
+        while let Some(r) = todo.pop() {
+            for next in g.arrows.get(&r).into_iter().flatten() {
+                if seen.insert(next.clone()) {
+                    todo.push(next.clone());
+                }
+            }
+        }
+        seen
+    };
+    let reaches: BTreeMap<&String, BTreeSet<String>> =
+        g.rooms.iter().map(|r| (r, reach(r))).collect();
+    let mut circles: Vec<Vec<String>> = Vec::new();
+    for r in &g.rooms {
+        let mut circle: Vec<String> = g
+            .rooms
+            .iter()
+            .filter(|o| reaches[r].contains(*o) && reaches[*o].contains(r))
+            .cloned()
+            .collect();
+        circle.sort();
+        if circle.len() > 1 && !circles.contains(&circle) {
+            circles.push(circle);
+        }
+    }
+    // floors: a room stands one above the highest room it reaches outside its own circle
+    let mut floors: BTreeMap<String, usize> = BTreeMap::new();
+    while floors.len() < g.rooms.len() {
+        for r in &g.rooms {
+            if floors.contains_key(r) {
+                continue;
+            }
+            let below: Vec<&String> = reaches[r]
+                .iter()
+                .filter(|o| !reaches[*o].contains(r))
+                .collect();
+            if below.iter().all(|o| floors.contains_key(*o)) {
+                let floor = below.iter().map(|o| floors[*o] + 1).max().unwrap_or(0);
+                floors.insert(r.clone(), floor);
+            }
+        }
+    }
+    (circles, floors)
+}
+
+#[test]
+fn module_graph_has_no_circle() {
+    let src = std::env::var_os("LAYOUT_SRC")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("src"));
+    let g = module_graph(&src);
+    let (circles, floors) = circles_and_floors(&g);
+    let arrows: usize = g.arrows.values().map(BTreeSet::len).sum();
+    let top = floors.values().copied().max().unwrap_or(0);
+    println!(
+        "{}: {} rooms, {} floors, {arrows} arrows, {} circles",
+        src.display(),
+        g.rooms.len(),
+        top + 1,
+        circles.len()
+    );
+    for floor in (0..=top).rev() {
+        let rooms: Vec<&str> = floors
+            .iter()
+            .filter(|(_, f)| **f == floor)
+            .map(|(r, _)| r.as_str())
+            .collect();
+        println!("  floor {floor}: {}", rooms.join(" "));
+    }
+    for c in &circles {
+        println!("  circle: {}", c.join(" "));
+    }
+    assert!(g.rooms.len() > 20, "found only {:?}", g.rooms);
+    assert!(
+        circles.is_empty(),
+        "modules that import each other: {circles:#?}"
+    );
+}
+
+#[test]
+fn module_paths_are_read_as_written() {
+    assert_eq!(
+        paths_in("use crate::systemd::{forecast::Thresholds, window::Window};\n"),
+        vec![
+            (
+                "crate::".to_owned(),
+                vec!["systemd".into(), "forecast".into(), "Thresholds".into()]
+            ),
+            (
+                "crate::".to_owned(),
+                vec!["systemd".into(), "window".into(), "Window".into()]
+            ),
+        ]
+    );
+    assert_eq!(
+        paths_in("#[serde(with = \"crate::clock::time_format\")]"),
+        vec![(
+            "crate::".to_owned(),
+            vec!["clock".into(), "time_format".into()]
+        )]
+    );
+    assert!(paths_in("let x = other_crate::a;").is_empty());
+    assert_eq!(
+        module_of(Path::new("client/kubelet/mod.rs")),
+        Some(vec!["client".to_owned(), "kubelet".to_owned()])
+    );
+}
+
+/// The pure cores decide; they name no module that does I/O (probes, actions, clients, the
+/// daemon, the commands), only the vocabulary below them.
+#[test]
+fn pure_cores_name_no_io_module() {
+    let io = [
+        "crate::probe",
+        "crate::action",
+        "crate::client",
+        "crate::daemon",
+        "crate::cmd",
+    ];
+    let cores = [
+        "diagnosis.rs",
+        "ladder.rs",
+        "target.rs",
+        "systemd/forecast.rs",
+        "systemd/window.rs",
+        "systemd/preempt.rs",
+        "systemd/version",
+        "fleet/group.rs",
+        "fleet/policy.rs",
+    ];
+    let mut wrong = Vec::new();
+    for core in cores {
+        for module in io {
+            wrong.extend(mentions(core, module, true));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "pure cores reaching into I/O modules: {wrong:#?}"
+    );
+}

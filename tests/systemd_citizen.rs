@@ -177,11 +177,10 @@ fn fault_is_degraded_in_status_text_journal_fields_and_catalog() {
         &[("PLEG_GUARD_ACTION", "daemon-reexec")],
         secs(10),
     );
-    std::thread::sleep(secs(3));
-    let skipped = bed
-        .journal(&["-u", "pleg-guard", "PLEG_GUARD_EVENT=action-skipped"])
-        .len();
-    assert_eq!(skipped, 1, "action-skipped logged once per episode");
+    stays("action-skipped logged once per episode", 1, secs(3), || {
+        bed.journal(&["-u", "pleg-guard", "PLEG_GUARD_EVENT=action-skipped"])
+            .len()
+    });
 
     bed.cont_logind();
     wait_status_text(&bed, "healthy", secs(10));
@@ -266,9 +265,17 @@ fn reload_applies_a_valid_config_and_keeps_the_old_one_on_an_invalid_one() {
     let err = err.unwrap();
     eprintln!("reload error: {}", field(&err, "MESSAGE").unwrap_or(""));
     assert_eq!(field(&err, "PRIORITY"), Some("3"), "an error: {err:?}");
-    std::thread::sleep(secs(2));
-    assert_eq!(bed.unit_property("pleg-guard", "ActiveState"), "active");
-    assert_eq!(bed.main_pid("pleg-guard"), pid, "reload must not restart");
+    stays(
+        "active, same main PID (reload must not restart)",
+        ("active".to_owned(), pid),
+        secs(2),
+        || {
+            (
+                bed.unit_property("pleg-guard", "ActiveState"),
+                bed.main_pid("pleg-guard"),
+            )
+        },
+    );
     assert_eq!(bed.status_json()["mode"], "observe", "old config kept");
     assert!(status_text(&bed).contains("observe mode"));
 }
@@ -313,9 +320,17 @@ fn watchdog_restarts_a_stopped_daemon_but_not_one_whose_probes_hang() {
 
     // Hung probes (dbus-daemon stopped) are bounded: the loop turns and the watchdog is fed.
     bed.stop_dbus();
-    std::thread::sleep(secs(8));
-    assert_eq!(bed.unit_property("pleg-guard", "NRestarts"), "0");
-    assert_eq!(bed.main_pid("pleg-guard"), old);
+    stays(
+        "no restart while the probes hang (NRestarts, main PID)",
+        ("0".to_owned(), old),
+        secs(8),
+        || {
+            (
+                bed.unit_property("pleg-guard", "NRestarts"),
+                bed.main_pid("pleg-guard"),
+            )
+        },
+    );
     bed.cont_dbus();
 
     // A stopped loop is not.

@@ -13,6 +13,7 @@
 //! D-Bus replies captured from PID 1 and from logind, docker JSON served by a fake engine,
 //! healthz answers from a fake kubelet, real `journalctl` output captured from journald.
 
+pub mod authority;
 pub mod bus;
 pub mod cri;
 pub mod docker;

@@ -36,8 +36,8 @@ pub fn main(args: CheckConfigArgs) -> ExitCode {
 
 /// `--connect`: reach etcd as the daemon would and read the group. Exit 3 when that fails.
 fn connect(config: &Config) -> ExitCode {
-    let timeout = config.probe.timeout.max(std::time::Duration::from_secs(2));
-    let Some(settings) = FleetSettings::from_config(&config.fleet, timeout) else {
+    let Some(settings) = FleetSettings::from_config(&config.fleet, config.etcd_request_timeout())
+    else {
         println!("[fleet]: not configured (no etcd_endpoints): nothing to connect to");
         return ExitCode::SUCCESS;
     };

@@ -84,7 +84,7 @@ pub fn main(args: DiagnoseArgs) -> ExitCode {
 /// The fleet group as one read shows it (None: no `[fleet]`), within `probe.timeout`.
 async fn fleet_status(config: &Config) -> Option<FleetStatus> {
     let timeout = config.probe.timeout;
-    let settings = FleetSettings::from_config(&config.fleet, timeout)?;
+    let settings = FleetSettings::from_config(&config.fleet, config.etcd_request_timeout())?;
     let result = match tokio::time::timeout(timeout, Fleet::check(&settings)).await {
         Ok(r) => r,
         Err(_) => Err(FleetError::Unreachable(format!(

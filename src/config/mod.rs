@@ -304,6 +304,18 @@ impl ActionsConfig {
     }
 }
 
+/// The shortest timeout of one request to etcd (2 s), however short `probe.timeout` is: a
+/// lease keep-alive or a slot transaction must not fail on one slow answer.
+pub const MIN_ETCD_REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+
+impl Config {
+    /// The timeout of one request to etcd (`[fleet]`): `probe.timeout`, at least
+    /// [`MIN_ETCD_REQUEST_TIMEOUT`]. The daemon, `check-config --connect` and `diagnose` use it.
+    pub fn etcd_request_timeout(&self) -> Duration {
+        self.probe.timeout.max(MIN_ETCD_REQUEST_TIMEOUT)
+    }
+}
+
 impl Thresholds {
     /// The serial forecast's thresholds, from `[systemd]` and `[actions.daemon_reexec]`.
     pub fn of(config: &Config) -> Thresholds {

@@ -16,9 +16,6 @@ use crate::report::journal::{Event, emit};
 use crate::report::status_file::{FleetNodeStatus, FleetStatus};
 use crate::target::ActionKind;
 
-/// The shortest request timeout towards etcd.
-const MIN_REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
-
 /// What the gate says about an action the ladder chose.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Gate {
@@ -58,8 +55,7 @@ pub struct FleetGate {
 impl FleetGate {
     /// Start the fleet handle when `[fleet]` is configured (None: no fleet budget).
     pub fn start(config: &Config) -> Option<Result<FleetGate, FleetError>> {
-        let timeout = config.probe.timeout.max(MIN_REQUEST_TIMEOUT);
-        let settings = FleetSettings::from_config(&config.fleet, timeout)?;
+        let settings = FleetSettings::from_config(&config.fleet, config.etcd_request_timeout())?;
         let node = settings.node.clone();
         Some(Fleet::start(settings).map(|fleet| FleetGate {
             fleet,

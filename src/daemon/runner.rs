@@ -374,6 +374,7 @@ mod tests {
     use super::*;
     use crate::action::Running;
     use crate::config::Config;
+    use crate::testing::tempdir;
 
     /// Records what it was asked, checks the ledger on disk already holds the start, and
     /// answers with a canned report.
@@ -398,14 +399,8 @@ mod tests {
         }
     }
 
-    fn dir(tag: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("pg-runner-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        d
-    }
-
     fn runner(tag: &str, report: ActionReport) -> (ActionRunner, Arc<FakeExecutor>, PathBuf) {
-        let d = dir(tag);
+        let d = tempdir(tag);
         let fake = Arc::new(FakeExecutor {
             ledger_dir: d.clone(),
             report,
@@ -497,7 +492,7 @@ mod tests {
     #[tokio::test]
     async fn no_durable_record_no_action() {
         // a state directory that cannot be created: a file stands where it should be
-        let d = dir("nodisk");
+        let d = tempdir("nodisk").join("state");
         std::fs::write(&d, b"not a directory").unwrap();
         let fake = Arc::new(FakeExecutor {
             ledger_dir: d.clone(),

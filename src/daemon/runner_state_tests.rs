@@ -4,11 +4,10 @@
 //! written stops every action (no action without a ledger record), says so once, and holds
 //! nothing back once it can be written again.
 
-use std::path::PathBuf;
-
 use super::*;
 use crate::action::Running;
 use crate::config::Config;
+use crate::testing::tempdir;
 
 /// Answers every action with a success.
 struct Succeeds;
@@ -17,13 +16,6 @@ impl Executor for Succeeds {
     fn execute(&self, _kind: ActionKind, _ctx: ActionContext) -> Running {
         Box::pin(async { ActionReport::ok("removed 1 dead container") })
     }
-}
-
-fn tempdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("pg-runner-state-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    let _ = std::fs::create_dir_all(&d);
-    d
 }
 
 fn ctx() -> ActionContext {

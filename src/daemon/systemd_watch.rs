@@ -282,6 +282,7 @@ mod tests {
 
     use super::*;
     use crate::target::{Facts, Observation, TargetState};
+    use crate::testing::tempdir;
 
     fn round(serial: u32, version: Option<&str>) -> Round {
         Round {
@@ -308,16 +309,10 @@ mod tests {
         }
     }
 
-    fn dir(tag: &str) -> std::path::PathBuf {
-        let d = std::env::temp_dir().join(format!("pg-watch-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        d
-    }
-
     #[test]
     fn a_fixed_version_near_the_end_is_calm_unless_always() {
         let utc = TimeZone::UTC;
-        let d = dir("calm");
+        let d = tempdir("calm");
         let mut w = SystemdWatch::new(&d);
         let mut config = Config::default();
         let o = w.observe(
@@ -352,7 +347,7 @@ mod tests {
     #[test]
     fn an_affected_version_warns_and_preempts_on_headroom() {
         let utc = TimeZone::UTC;
-        let d = dir("affected");
+        let d = tempdir("affected");
         let mut w = SystemdWatch::new(&d);
         let o = w.observe(
             &round(u32::MAX - 1000, Some("219")),
@@ -386,7 +381,8 @@ mod tests {
     ) -> (SystemdWatch, SerialOutlook) {
         let utc = TimeZone::UTC;
         let local = LocalTime { now, tz: &utc };
-        let mut w = SystemdWatch::new(&dir(tag));
+        let d = tempdir(tag);
+        let mut w = SystemdWatch::new(&d);
         let start = u32::MAX - remaining - 20 * rate;
         w.observe(
             &round(start, Some("219")),
@@ -402,7 +398,7 @@ mod tests {
             config,
             local,
         );
-        let _ = std::fs::remove_dir_all(dir(tag));
+        let _ = std::fs::remove_dir_all(&d);
         (w, o)
     }
 
@@ -489,7 +485,8 @@ mod tests {
         );
 
         // below the headroom with no rate yet: nothing says the serials last, act now
-        let mut w = SystemdWatch::new(&dir("no-rate"));
+        let no_rate = tempdir("no-rate");
+        let mut w = SystemdWatch::new(&no_rate);
         let utc = TimeZone::UTC;
         let o = w.observe(
             &round(u32::MAX - 1_000_000, Some("219")),
@@ -498,7 +495,7 @@ mod tests {
             &config,
             LocalTime { now, tz: &utc },
         );
-        let _ = std::fs::remove_dir_all(dir("no-rate"));
+        let _ = std::fs::remove_dir_all(&no_rate);
         assert!(o.preempt_due && o.preempt_waits.is_none(), "{o:?}");
         let why = w.planned_because(&[SystemdSerialExhaustion], &config);
         assert!(

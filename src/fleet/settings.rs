@@ -10,6 +10,8 @@ use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::client::authority;
+
 /// Default `[fleet] group`.
 pub const DEFAULT_FLEET_GROUP: &str = "default";
 /// Default `[fleet] prefix`: the etcd key prefix every group lives under.
@@ -258,16 +260,18 @@ pub fn check_endpoint(s: &str) -> Result<(), String> {
             "\"{s}\" must be scheme://host:port only (no path or query)"
         ));
     }
-    let (host, port) = authority
-        .rsplit_once(':')
-        .filter(|(h, _)| !h.ends_with(']') || h.starts_with('['))
-        .filter(|(h, _)| !h.contains(':') || h.starts_with('['))
-        .ok_or_else(|| format!("\"{s}\" has no port (etcd's client port is usually 2379)"))?;
+    let (host, port) = match authority::split(authority) {
+        (h, Some(p)) if !h.contains(':') || h.starts_with('[') => (h, p),
+        _ => {
+            return Err(format!(
+                "\"{s}\" has no port (etcd's client port is usually 2379)"
+            ));
+        }
+    };
     if port.parse::<u16>().map_or(true, |p| p == 0) {
         return Err(format!("`{port}` in \"{s}\" is not a port number"));
     }
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    if host.is_empty() {
+    if authority::host(host).is_empty() {
         return Err(format!("\"{s}\" has no host"));
     }
     Ok(())

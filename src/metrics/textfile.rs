@@ -62,15 +62,8 @@ pub fn write(path: &Path, text: &str) -> Result<Written, TextfileError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::tempdir;
     use std::os::unix::fs::PermissionsExt;
-
-    fn tempdir(name: &str) -> PathBuf {
-        let d =
-            std::env::temp_dir().join(format!("pleg-guard-textfile-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        d
-    }
 
     #[test]
     fn missing_directory_writes_nothing_and_is_no_error() {

@@ -12,9 +12,11 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use futures_util::FutureExt;
+use futures_util::future::BoxFuture;
 use tokio::time::Instant;
 
-use super::round_ms;
+use super::{Probe, RoundContext, round_ms};
 use crate::client::cri::{self, Call, CriError, Relist};
 use crate::target::{ContainerRef, Facts, Observation, Target, TargetState};
 
@@ -171,6 +173,16 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 /// The first 12 characters of a CRI id (ids are hex, as docker's).
 fn short(id: &str) -> String {
     id.get(..12).unwrap_or(id).to_owned()
+}
+
+impl Probe for ContainerdProbe {
+    fn target(&self) -> Target {
+        Target::Containerd
+    }
+
+    fn observe<'a>(&'a mut self, round: &'a RoundContext<'_>) -> BoxFuture<'a, Observation> {
+        self.probe(round.deadline, round.slow_after).boxed()
+    }
 }
 
 #[cfg(test)]

@@ -9,9 +9,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use bollard::Docker;
+use futures_util::FutureExt;
+use futures_util::future::BoxFuture;
 use tokio::time::Instant;
 
-use super::{observation, timed};
+use super::{Probe, RoundContext, observation, timed};
 use crate::client::docker::{Listing, connect, relist};
 use crate::target::{Facts, Observation, Target};
 
@@ -82,5 +84,15 @@ impl DockerProbe {
             };
         }
         obs
+    }
+}
+
+impl Probe for DockerProbe {
+    fn target(&self) -> Target {
+        Target::Docker
+    }
+
+    fn observe<'a>(&'a mut self, round: &'a RoundContext<'_>) -> BoxFuture<'a, Observation> {
+        self.probe(round.deadline, round.slow_after).boxed()
     }
 }

@@ -14,9 +14,11 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use futures_util::FutureExt;
+use futures_util::future::BoxFuture;
 use tokio::time::Instant;
 
-use super::{bounded, timed_with_error};
+use super::{Probe, RoundContext, bounded, timed_with_error};
 use crate::client::journal::follow::JournalFollower;
 use crate::client::kubelet::HttpUrl;
 use crate::client::kubelet::healthz;
@@ -192,6 +194,16 @@ fn excerpt(line: &str) -> String {
 /// Whether a unit file for `unit` exists in one of the unit directories.
 fn unit_installed(unit: &str) -> bool {
     UNIT_DIRS.iter().any(|d| Path::new(d).join(unit).exists())
+}
+
+impl Probe for KubeletProbe {
+    fn target(&self) -> Target {
+        Target::Kubelet
+    }
+
+    fn observe<'a>(&'a mut self, round: &'a RoundContext<'_>) -> BoxFuture<'a, Observation> {
+        self.probe(round.deadline, round.slow_after).boxed()
+    }
 }
 
 /// The last line of `log` that carries the PLEG marker.

@@ -7,6 +7,9 @@
 //! socket per target per round, never a growing pile of calls — the failure that took kubelet
 //! down was exactly such a pile. A failed target is asked again off the round by [`reask`],
 //! which keeps to the same rule: one call in flight per target (the round skips it meanwhile).
+//!
+//! Each target's probe is one file implementing [`Probe`]: it gets the round's deadline and
+//! the shared system bus connection ([`RoundContext`]) and gives one [`Observation`].
 
 pub mod containerd;
 pub mod dbus;
@@ -19,6 +22,7 @@ pub mod systemd;
 use std::future::Future;
 
 use futures_util::FutureExt;
+use futures_util::future::{BoxFuture, Shared, join_all};
 use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
@@ -31,11 +35,59 @@ pub struct Prober {
     timeout: Duration,
     slow_after: Duration,
     bus: dbus::SystemBus,
+    probes: Probes,
+}
+
+/// One probe per target. A new target is a file with a type implementing [`Probe`], a field
+/// here and its place in [`Probes::all`].
+struct Probes {
+    dbus: dbus::DbusProbe,
     systemd: systemd::SystemdProbe,
-    logind_enabled: bool,
+    logind: logind::LogindProbe,
     docker: docker::DockerProbe,
     containerd: containerd::ContainerdProbe,
     kubelet: kubelet::KubeletProbe,
+}
+
+impl Probes {
+    /// Every probe, in [`Target::ALL`] order (the round's observations keep it).
+    fn all(&mut self) -> [&mut dyn Probe; 6] {
+        [
+            &mut self.dbus,
+            &mut self.systemd,
+            &mut self.logind,
+            &mut self.docker,
+            &mut self.containerd,
+            &mut self.kubelet,
+        ]
+    }
+}
+
+/// The round as every probe sees it.
+pub struct RoundContext<'b> {
+    /// When the round started: a failure before the call itself counts its latency from here.
+    pub start: Instant,
+    /// Every call still running at this instant is abandoned.
+    pub deadline: Instant,
+    /// Latency above which an answer is `slow`.
+    pub slow_after: Duration,
+    /// The round's system bus connection, shared by the bus targets: made at most once per
+    /// round, and only when a probe awaits it.
+    pub bus: Shared<BoxFuture<'b, BusState>>,
+}
+
+/// One target's probe: one bounded observation per round.
+pub trait Probe: Send {
+    /// The target it observes.
+    fn target(&self) -> Target;
+
+    /// Whether it talks over the shared system bus (a failed connect then resets it).
+    fn uses_bus(&self) -> bool {
+        false
+    }
+
+    /// Observe the target once, within `round.deadline`.
+    fn observe<'a>(&'a mut self, round: &'a RoundContext<'_>) -> BoxFuture<'a, Observation>;
 }
 
 impl Prober {
@@ -45,14 +97,20 @@ impl Prober {
             timeout: config.probe.timeout,
             slow_after: config.probe.slow_after,
             bus: dbus::SystemBus::new(config.dbus.enabled, config.dbus.socket.clone()),
-            systemd: systemd::SystemdProbe::new(config.systemd.private_socket.clone()),
-            logind_enabled: config.logind.enabled && config.dbus.enabled,
-            docker: docker::DockerProbe::new(config.docker.enabled, config.docker.socket.clone()),
-            containerd: containerd::ContainerdProbe::new(
-                config.containerd.enabled,
-                config.containerd.socket.clone(),
-            ),
-            kubelet: kubelet::KubeletProbe::new(&config.kubelet, config.docker.socket.clone()),
+            probes: Probes {
+                dbus: dbus::DbusProbe::new(config.dbus.enabled, config.dbus.socket.clone()),
+                systemd: systemd::SystemdProbe::new(config.systemd.private_socket.clone()),
+                logind: logind::LogindProbe::new(config.logind.enabled && config.dbus.enabled),
+                docker: docker::DockerProbe::new(
+                    config.docker.enabled,
+                    config.docker.socket.clone(),
+                ),
+                containerd: containerd::ContainerdProbe::new(
+                    config.containerd.enabled,
+                    config.containerd.socket.clone(),
+                ),
+                kubelet: kubelet::KubeletProbe::new(&config.kubelet, config.docker.socket.clone()),
+            },
         }
     }
 
@@ -60,7 +118,7 @@ impl Prober {
     /// nothing but `GetUnit`.
     pub fn for_reask(config: &Config) -> Self {
         let mut p = Prober::new(config);
-        p.systemd = systemd::SystemdProbe::new(config.systemd.private_socket.clone())
+        p.probes.systemd = systemd::SystemdProbe::new(config.systemd.private_socket.clone())
             .without_version_on_bus();
         p
     }
@@ -68,13 +126,13 @@ impl Prober {
     /// Follow kubelet's journal continuously (for the daemon; see
     /// [`crate::client::journal::follow`]).
     pub fn follow_kubelet_journal(&mut self) {
-        self.kubelet.follow_journal();
+        self.probes.kubelet.follow_journal();
     }
 
     /// Ignore kubelet log lines older than `t` (set after kubelet was restarted, so the lines
     /// of the wedged instance do not count against the new one).
     pub fn ignore_kubelet_logs_before(&mut self, t: SystemTime) {
-        self.kubelet.ignore_logs_before(t);
+        self.probes.kubelet.ignore_logs_before(t);
     }
 
     /// Probe every target once, concurrently. Returns within about `probe.timeout`.
@@ -89,16 +147,6 @@ impl Prober {
         let at = SystemTime::now();
         let start = Instant::now();
         let deadline = crate::clock::deadline(start, self.timeout);
-        let slow = self.slow_after;
-        let ask = |t: Target| asked(t);
-        let [
-            ask_dbus,
-            ask_systemd,
-            ask_logind,
-            ask_docker,
-            ask_containerd,
-            ask_kubelet,
-        ] = Target::ALL.map(ask);
 
         // The bus connection is shared by the three bus targets. It is (re)made once per
         // round under the same deadline, concurrently with everything that does not need it
@@ -106,9 +154,8 @@ impl Prober {
         // per round and delays nothing else. A node without a bus has no bus failure either.
         let bus_enabled = self.bus.enabled();
         let bus_present = self.bus.socket_exists();
-        let bus_socket = self.bus.socket().to_path_buf();
         let bus = &mut self.bus;
-        let connect = async move {
+        let connect: BoxFuture<'_, BusState> = async move {
             if !(bus_enabled && bus_present) {
                 return BusState::Absent;
             }
@@ -118,121 +165,33 @@ impl Prober {
                 Err(()) => BusState::Failed(Failure::Timeout),
             }
         }
-        .shared();
-
-        let dbus_fut = {
-            let connect = connect.clone();
-            async move {
-                if !ask_dbus {
-                    return None;
-                }
-                if !bus_enabled {
-                    return Some(Observation::absent(Target::Dbus, "disabled in config"));
-                }
-                if !bus_present {
-                    return Some(Observation::absent(
-                        Target::Dbus,
-                        format!("no system bus at {}", bus_socket.display()),
-                    ));
-                }
-                Some(match connect.await {
-                    BusState::Up(conn) => observation(
-                        Target::Dbus,
-                        timed(deadline, slow, dbus::get_id(&conn)).await,
-                    ),
-                    BusState::Failed(f) => observation(
-                        Target::Dbus,
-                        f.into_path(start, "connecting to the system bus"),
-                    ),
-                    BusState::Absent => Observation::absent(Target::Dbus, "no system bus"),
-                })
-            }
+        .boxed();
+        let round = RoundContext {
+            start,
+            deadline,
+            slow_after: self.slow_after,
+            bus: connect.shared(),
         };
-        let systemd = &mut self.systemd;
-        let systemd_fut = {
-            let connect = connect.clone();
-            async move {
-                if !ask_systemd {
-                    return None;
-                }
-                Some(systemd.probe(deadline, slow, start, connect).await)
-            }
-        };
-        let logind_enabled = self.logind_enabled;
-        let logind_fut = {
-            let connect = connect.clone();
-            async move {
-                if !ask_logind {
-                    return None;
-                }
-                if !logind_enabled {
-                    return Some(Observation::absent(Target::Logind, "disabled in config"));
-                }
-                Some(match connect.await {
-                    BusState::Up(conn) => logind::probe(&conn, deadline, slow).await,
-                    BusState::Failed(f) => {
-                        observation(Target::Logind, f.into_path(start, "the system bus"))
-                    }
-                    BusState::Absent => Observation::absent(Target::Logind, "no system bus"),
-                })
-            }
-        };
-        let docker = &mut self.docker;
-        let docker_fut = async move {
-            if !ask_docker {
-                return None;
-            }
-            Some(docker.probe(deadline, slow).await)
-        };
-        let containerd = &mut self.containerd;
-        let containerd_fut = async move {
-            if !ask_containerd {
-                return None;
-            }
-            Some(containerd.probe(deadline, slow).await)
-        };
-        let kubelet = &mut self.kubelet;
-        let kubelet_fut = async move {
-            if !ask_kubelet {
-                return None;
-            }
-            Some(kubelet.probe(deadline, slow).await)
-        };
-
-        let (dbus_obs, systemd_obs, logind_obs, docker_obs, containerd_obs, kubelet_obs) = tokio::join!(
-            dbus_fut,
-            systemd_fut,
-            logind_fut,
-            docker_fut,
-            containerd_fut,
-            kubelet_fut
-        );
+        let probes: Vec<&mut dyn Probe> = self
+            .probes
+            .all()
+            .into_iter()
+            .filter(|p| asked(p.target()))
+            .collect();
+        let bus_asked = probes.iter().any(|p| p.uses_bus());
+        let observations: Vec<Observation> =
+            join_all(probes.into_iter().map(|p| p.observe(&round))).await;
 
         // A failed bus call may have left the shared connection wedged: start afresh.
-        let bus_asked = ask_dbus || ask_systemd || ask_logind;
-        let bus_failed = if bus_asked {
-            matches!(connect.await, BusState::Failed(_))
-        } else {
-            drop(connect);
-            false
-        };
-        if dbus_obs.as_ref().is_some_and(|o| o.state.is_failure()) || bus_failed {
+        let bus_failed = bus_asked && matches!(round.bus.clone().await, BusState::Failed(_));
+        drop(round);
+        let dbus_failed = observations
+            .iter()
+            .any(|o| o.target == Target::Dbus && o.state.is_failure());
+        if dbus_failed || bus_failed {
             self.bus.reset();
         }
-        Round {
-            at,
-            observations: [
-                dbus_obs,
-                systemd_obs,
-                logind_obs,
-                docker_obs,
-                containerd_obs,
-                kubelet_obs,
-            ]
-            .into_iter()
-            .flatten()
-            .collect(),
-        }
+        Round { at, observations }
     }
 
     /// Start the next round with a fresh system bus connection (the re-ask does after a

@@ -15,12 +15,14 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use futures_util::FutureExt;
+use futures_util::future::BoxFuture;
 use tokio::time::Instant;
 use zbus::Connection;
 
 use std::future::Future;
 
-use super::{BusState, bounded, timed};
+use super::{BusState, Probe, RoundContext, bounded, timed};
 use crate::client::pid1::{Pid1, Route};
 use crate::client::{self, pid1};
 use crate::target::{Facts, Observation, PathResult, Target, TargetState};
@@ -295,6 +297,26 @@ pub async fn package_version(timeout: Duration) -> Option<String> {
         }
     }
     None
+}
+
+impl Probe for SystemdProbe {
+    fn target(&self) -> Target {
+        Target::Systemd
+    }
+
+    fn uses_bus(&self) -> bool {
+        true
+    }
+
+    fn observe<'a>(&'a mut self, round: &'a RoundContext<'_>) -> BoxFuture<'a, Observation> {
+        self.probe(
+            round.deadline,
+            round.slow_after,
+            round.start,
+            round.bus.clone(),
+        )
+        .boxed()
+    }
 }
 
 #[cfg(test)]

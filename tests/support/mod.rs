@@ -1383,6 +1383,38 @@ pub fn wait_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool)
     }
 }
 
+/// "Nothing more happens within `within`": `look` is read every 250 ms for `within`; once it
+/// reads `expected` it must keep reading it (the test fails at once, naming `what` and the new
+/// value, when it changes), and it must read `expected` at the end. A value that reaches
+/// `expected` only after a moment (a journal line on its way) is no failure.
+pub fn stays<T: PartialEq + std::fmt::Debug>(
+    what: &str,
+    expected: T,
+    within: Duration,
+    mut look: impl FnMut() -> T,
+) {
+    let end = Instant::now() + within;
+    let mut reached = false;
+    loop {
+        let now = look();
+        if now == expected {
+            reached = true;
+        } else {
+            assert!(
+                !reached,
+                "{what}: was {expected:?}, then {now:?} within {within:?}"
+            );
+        }
+        if Instant::now() >= end {
+            assert_eq!(now, expected, "{what} after {within:?}");
+            return;
+        }
+        std::thread::sleep(
+            Duration::from_millis(250).min(end.saturating_duration_since(Instant::now())),
+        );
+    }
+}
+
 // unused-import guard for ExitStatus helpers some tests want
 /// True if `o` ended because of the given signal.
 pub fn killed_by(status: &ExitStatus, sig: i32) -> bool {

@@ -3,6 +3,8 @@
 
 use std::fmt;
 
+use crate::client::authority;
+
 /// A plain `http://host:port/path` URL (kubelet's healthz is never TLS).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HttpUrl {
@@ -31,16 +33,16 @@ impl std::str::FromStr for HttpUrl {
             Some(i) => (&rest[..i], &rest[i..]),
             None => (rest, "/"),
         };
-        let (host, port) = match authority.rsplit_once(':') {
-            Some((h, p)) if !h.ends_with(']') || h.starts_with('[') => {
+        let (host, port) = match authority::split(authority) {
+            (h, Some(p)) => {
                 let port = p
                     .parse::<u16>()
                     .map_err(|_| format!("`{p}` in `{s}` is not a port number"))?;
                 (h, port)
             }
-            _ => (authority, 80),
+            (h, None) => (h, 80),
         };
-        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let host = authority::host(host);
         if host.is_empty() {
             return Err(format!("`{s}` has no host"));
         }
