@@ -20,6 +20,9 @@ pub mod daemon;
 pub mod diagnosis;
 pub mod fleet;
 pub mod forecast;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzz_entry;
 pub mod ladder;
 pub mod ledger;
 pub mod maintenance_window;
@@ -30,6 +33,7 @@ pub mod probe;
 pub mod property_tests;
 pub mod report;
 pub mod state_file;
+pub mod system_program;
 pub mod systemd_version;
 pub mod systemd_watch;
 pub mod target;
