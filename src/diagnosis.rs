@@ -423,7 +423,11 @@ impl Diagnosis {
                 unknown_detail(o),
             ));
         }
-        if bad(Target::Kubelet) {
+        // A failing healthz answered by a socket that is not root's is not kubelet's (any user
+        // may bind the port while kubelet is down): no finding, no restart, on it alone.
+        let foreign_healthz = obs(Target::Kubelet)
+            .is_some_and(|o| o.facts.pleg_line.is_none() && o.facts.healthz_foreign_uid.is_some());
+        if bad(Target::Kubelet) && !foreign_healthz {
             out.push((
                 FindingId::KubeletPlegUnhealthy,
                 Target::Kubelet,
@@ -777,6 +781,23 @@ mod tests {
         d.update(&round(1, vec![]), Some(&affected), t(1));
         assert_eq!(ids(&d), vec![FindingId::SystemdAffected]);
         assert!(!d.degraded());
+    }
+
+    /// A failing healthz whose listener is another user's makes no finding (no restart on
+    /// it alone); the same failure from a root listener does.
+    #[test]
+    fn a_foreign_healthz_listener_makes_no_kubelet_finding() {
+        let mut d = Diagnosis::new(1);
+        let mut foreign = obs(Target::Kubelet, TargetState::Error);
+        foreign.facts.healthz_ok = Some(false);
+        foreign.facts.healthz_foreign_uid = Some(1000);
+        d.update(&round(0, vec![foreign.clone()]), None, t(0));
+        d.update(&round(1, vec![foreign]), None, t(1));
+        assert!(ids(&d).is_empty(), "{:?}", ids(&d));
+        let mut own = obs(Target::Kubelet, TargetState::Error);
+        own.facts.healthz_ok = Some(false);
+        d.update(&round(2, vec![own]), None, t(2));
+        assert_eq!(ids(&d), vec![FindingId::KubeletPlegUnhealthy]);
     }
 
     #[test]

@@ -17,6 +17,9 @@ pub mod config;
 pub mod daemon;
 pub mod diagnosis;
 pub mod fleet;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzz_entry;
 pub mod ladder;
 pub mod ledger;
 pub mod metrics;
@@ -26,6 +29,7 @@ pub mod probe;
 pub mod property_tests;
 pub mod report;
 pub mod state_file;
+pub mod system_program;
 pub mod systemd;
 pub mod target;
 #[cfg(test)]

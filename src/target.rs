@@ -172,6 +172,10 @@ pub struct Facts {
     /// `kubelet`: whether `/healthz` answered `ok` (None: not asked or unreachable).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub healthz_ok: Option<bool>,
+    /// `kubelet`: the uid owning the socket that answered a failing `/healthz`, when it is
+    /// not root (not kubelet's: the failure is reported, never acted on).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub healthz_foreign_uid: Option<u32>,
 }
 
 impl Facts {

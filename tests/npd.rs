@@ -179,7 +179,7 @@ fn npd_check_against_a_real_daemon_and_its_faults() {
     assert_eq!(npd_check(&bed, "PlegGuardRepaired").0, 0, "once only");
     // A corrupt cursor is unknown, never a re-report nor a skip.
     bed.write_file(
-        "/var/lib/pleg-guard/npd/PlegGuardRepaired.json",
+        "/var/lib/pleg-guard-npd/PlegGuardRepaired.json",
         "{\"reported\": [[",
     );
     let (code, msg) = npd_check(&bed, "PlegGuardRepaired");

@@ -105,12 +105,14 @@ async fn confirm(since: SystemTime) -> Result<(), String> {
     loop {
         let out = tokio::time::timeout(
             Duration::from_secs(5),
-            tokio::process::Command::new("journalctl")
-                .args(["--no-pager", "--quiet", "-o", "cat", "_PID=1"])
-                .arg(format!("--since=@{since_s}"))
-                .stdin(std::process::Stdio::null())
-                .kill_on_drop(true)
-                .output(),
+            tokio::process::Command::new(crate::system_program::path_of(
+                crate::system_program::JOURNALCTL,
+            ))
+            .args(["--no-pager", "--quiet", "-o", "cat", "_PID=1"])
+            .arg(format!("--since=@{since_s}"))
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .output(),
         )
         .await;
         match out {

@@ -351,6 +351,30 @@ impl Parsed {
     }
 }
 
+/// The fuzz target's way in (`fuzz/`, feature `fuzzing`): `data` as a byte stream from the
+/// socket, cut into messages as [`Connection::call`] does, each parsed and read as a reply.
+#[cfg(feature = "fuzzing")]
+pub fn fuzz_message(data: &[u8]) {
+    let mut buf = data.to_vec();
+    while let Ok(Some(len)) = message_length(&buf) {
+        if buf.len() < len || len == 0 {
+            break;
+        }
+        let msg: Vec<u8> = buf.drain(..len).collect();
+        if let Ok(parsed) = parse_message(&msg) {
+            if let Ok(reply) = parsed.into_reply() {
+                let _ = reply.string();
+                let _ = reply.variant_string();
+            }
+        }
+    }
+    if let Ok(parsed) = parse_message(data) {
+        let _ = parsed
+            .into_reply()
+            .map(|r| (r.string(), r.variant_string()));
+    }
+}
+
 pub(super) fn parse_message(msg: &[u8]) -> Result<Parsed, P2pError> {
     let short = || P2pError::Protocol("truncated message".into());
     if msg.len() < 16 {

@@ -194,6 +194,11 @@ pub(super) fn apply_file(config: &mut Config, path: &Path, text: &str) -> Result
         "runtime_directory",
         f.runtime_directory,
     )?;
+    a.path(
+        &mut config.npd_cursor_directory,
+        "npd_cursor_directory",
+        f.npd_cursor_directory,
+    )?;
     if let Some(p) = f.probe {
         a.duration(&mut config.probe.timeout, "probe.timeout", p.timeout, false)?;
         a.count(

@@ -16,6 +16,7 @@ pub(super) struct Fragment {
     pub(super) startup_grace: Field<String>,
     pub(super) state_directory: Field<String>,
     pub(super) runtime_directory: Field<String>,
+    pub(super) npd_cursor_directory: Field<String>,
     pub(super) probe: Option<ProbeFragment>,
     pub(super) dbus: Option<DbusFragment>,
     pub(super) systemd: Option<SystemdFragment>,

@@ -78,6 +78,9 @@ pub const DEFAULT_PREEMPT_BEFORE: Duration = Duration::from_secs(6 * 3600);
 pub const PREEMPT_HEADROOM_MAX: u64 = 1 << 32;
 /// Default persistent state directory (the action ledger, the bus-bug proof).
 pub const DEFAULT_STATE_DIRECTORY: &str = "/var/lib/pleg-guard";
+/// Default directory of `npd-check`'s Event cursors: apart from the state directory, so that
+/// node-problem-detector's DaemonSet can mount the ledger read-only and only this writable.
+pub const DEFAULT_NPD_CURSOR_DIRECTORY: &str = "/var/lib/pleg-guard-npd";
 /// Default runtime directory (status.json).
 pub const DEFAULT_RUNTIME_DIRECTORY: &str = "/run/pleg-guard";
 /// Default metrics file: the directory Debian's `prometheus-node-exporter` reads with its
@@ -148,6 +151,8 @@ pub struct Config {
     pub state_directory: PathBuf,
     /// `runtime_directory`: where status.json lives.
     pub runtime_directory: PathBuf,
+    /// `npd_cursor_directory`: where `npd-check` keeps what each Event rule reported.
+    pub npd_cursor_directory: PathBuf,
     /// `[probe]`.
     pub probe: ProbeConfig,
     /// `[dbus]`.
@@ -375,6 +380,7 @@ impl Default for Config {
             startup_grace: DEFAULT_STARTUP_GRACE,
             state_directory: PathBuf::from(DEFAULT_STATE_DIRECTORY),
             runtime_directory: PathBuf::from(DEFAULT_RUNTIME_DIRECTORY),
+            npd_cursor_directory: PathBuf::from(DEFAULT_NPD_CURSOR_DIRECTORY),
             probe: ProbeConfig {
                 timeout: DEFAULT_PROBE_TIMEOUT,
                 unhealthy_after: NonZeroU32::new(DEFAULT_UNHEALTHY_AFTER)
@@ -527,7 +533,7 @@ pub fn load(explicit: Option<&Path>) -> Result<Loaded, ConfigError> {
 }
 
 /// Parse one configuration text on its own (no drop-ins).
-#[cfg(test)]
+#[cfg(any(test, feature = "fuzzing"))]
 pub fn parse_str(path: &Path, text: &str) -> Result<Config, ConfigError> {
     let mut config = Config::default();
     apply_file(&mut config, path, text)?;

@@ -22,6 +22,7 @@ use super::{Probe, RoundContext, bounded, timed_with_error};
 use crate::client::journal::follow::JournalFollower;
 use crate::client::kubelet::HttpUrl;
 use crate::client::kubelet::healthz;
+use crate::client::kubelet::listener::listener_uid;
 use crate::client::kubelet_log::{is_pleg_complaint, pleg_complaint};
 use crate::client::{self, ErrorKind};
 use crate::config::KubeletConfig;
@@ -108,14 +109,20 @@ impl KubeletProbe {
         let (health, logs) = tokio::join!(health, logs);
         let (health, error) = health;
         let refused = error.is_some_and(|e| e.kind() == ErrorKind::Refused);
-        classify(
+        let healthz_owner =
+            (matches!(health.state, TargetState::Error | TargetState::Unresponsive) && !refused)
+                .then(|| listener_uid(&self.healthz.host, self.healthz.port))
+                .flatten();
+        let mut o = classify(
             installed,
             &self.healthz,
             &self.source(),
             health,
             refused,
             logs,
-        )
+        );
+        distrust_foreign_healthz(&mut o, &self.healthz, healthz_owner);
+        o
     }
 
     fn source(&self) -> String {
@@ -128,7 +135,7 @@ impl KubeletProbe {
     /// The latest `PLEG is not healthy` line since `since`, if any.
     async fn pleg_lines(&mut self, since: SystemTime) -> Result<Option<String>, client::Error> {
         if let Some(f) = &mut self.follower {
-            f.ensure_running(since)?;
+            f.ensure_running(since).await?;
             return Ok(f.latest_since(since, self.window));
         }
         match &self.container {
@@ -184,6 +191,22 @@ fn classify(
             ..Facts::default()
         },
     }
+}
+
+/// A failing healthz (and no PLEG line) answered by a socket of another uid than root's is not
+/// kubelet's: said in the detail and the facts, so the diagnosis makes no finding of it.
+fn distrust_foreign_healthz(o: &mut Observation, url: &HttpUrl, owner: Option<u32>) {
+    let Some(uid) = owner.filter(|uid| *uid != 0) else {
+        return;
+    };
+    if o.facts.pleg_line.is_some() || o.facts.healthz_ok == Some(true) {
+        return;
+    }
+    o.facts.healthz_foreign_uid = Some(uid);
+    o.detail = format!(
+        "{}; the listener on {}:{} belongs to uid {uid}, not root: not kubelet's, not acted on",
+        o.detail, url.host, url.port
+    );
 }
 
 /// The part of kubelet's PLEG line from `PLEG is not healthy` on (klog headers are noise here).
@@ -292,6 +315,42 @@ mod tests {
         // the same text without the typed refusal (e.g. a reset) is a failure, not absence
         let o = classify(false, &url(), "kubelet.service", refused, false, Ok(None));
         assert_eq!(o.state, TargetState::Error);
+    }
+
+    /// A failing healthz answered by a user's socket on kubelet's port is reported with its
+    /// owner and no finding follows; a root listener's failure (kubelet's) still counts.
+    #[test]
+    fn a_failing_healthz_from_a_foreign_listener_is_not_acted_on() {
+        let failing = PathResult {
+            state: TargetState::Error,
+            latency: Duration::from_millis(1),
+            detail: "HTTP 500".into(),
+        };
+        let mut o = classify(
+            true,
+            &url(),
+            "kubelet.service",
+            failing.clone(),
+            false,
+            Ok(None),
+        );
+        distrust_foreign_healthz(&mut o, &url(), Some(1000));
+        assert_eq!(o.facts.healthz_foreign_uid, Some(1000));
+        assert!(o.detail.contains("uid 1000, not root"), "{}", o.detail);
+        let mut root = classify(true, &url(), "kubelet.service", failing, false, Ok(None));
+        distrust_foreign_healthz(&mut root, &url(), Some(0));
+        assert_eq!(root.facts.healthz_foreign_uid, None);
+        // a PLEG line is kubelet's own word whoever holds the port
+        let mut pleg = classify(
+            true,
+            &url(),
+            "kubelet.service",
+            ok(),
+            false,
+            Ok(Some(OLD.into())),
+        );
+        distrust_foreign_healthz(&mut pleg, &url(), Some(1000));
+        assert_eq!(pleg.facts.healthz_foreign_uid, None);
     }
 
     #[test]

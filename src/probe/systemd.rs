@@ -25,6 +25,7 @@ use std::future::Future;
 use super::{BusState, Probe, RoundContext, bounded, timed};
 use crate::client::pid1::{Pid1, Route};
 use crate::client::{self, pid1};
+use crate::system_program;
 use crate::target::{Facts, Observation, PathResult, Target, TargetState};
 
 /// How far below 2^32 PID 1's bus serial must be for a `Version` read over the bus: far
@@ -280,11 +281,17 @@ fn severity(s: TargetState) -> u8 {
 pub async fn package_version(timeout: Duration) -> Option<String> {
     let deadline = crate::clock::deadline_in(timeout);
     let queries: [(&str, &[&str]); 2] = [
-        ("rpm", &["-q", "--qf", "%{VERSION}-%{RELEASE}", "systemd"]),
-        ("dpkg-query", &["-W", "-f", "${Version}", "systemd"]),
+        (
+            system_program::RPM,
+            &["-q", "--qf", "%{VERSION}-%{RELEASE}", "systemd"],
+        ),
+        (
+            system_program::DPKG_QUERY,
+            &["-W", "-f", "${Version}", "systemd"],
+        ),
     ];
     for (program, args) in queries {
-        let mut cmd = tokio::process::Command::new(program);
+        let mut cmd = tokio::process::Command::new(system_program::path_of(program));
         cmd.args(args)
             .stdin(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())

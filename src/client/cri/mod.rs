@@ -39,5 +39,46 @@ pub use facts::{
 };
 pub use relist::relist;
 
+/// The fuzz target's way in (`fuzz/`, feature `fuzzing`): `data[0]` picks an answer, the rest
+/// is its protobuf encoding; decoded as the channel does and turned into the relist's facts.
+#[cfg(feature = "fuzzing")]
+pub fn fuzz_answers(data: &[u8]) {
+    use prost::Message;
+    let Some((&which, rest)) = data.split_first() else {
+        return;
+    };
+    match which % 4 {
+        0 => {
+            if let Ok(r) = proto::VersionResponse::decode(rest) {
+                let _ = facts::runtime_version(r);
+            }
+        }
+        1 => {
+            if let Ok(r) = proto::ListPodSandboxResponse::decode(rest) {
+                if let Ok(s) = facts::sandboxes(r) {
+                    for x in &s {
+                        let _ = x.display_name();
+                    }
+                }
+            }
+        }
+        2 => {
+            if let Ok(r) = proto::ListContainersResponse::decode(rest) {
+                if let Ok(c) = facts::containers(r) {
+                    for x in &c {
+                        let _ = x.display_name();
+                    }
+                    let _ = facts::container_to_check(&c);
+                }
+            }
+        }
+        _ => {
+            if let Ok(r) = proto::ContainerStatusResponse::decode(rest) {
+                let _ = facts::status_check("c0ffee", r);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests;

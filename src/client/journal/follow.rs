@@ -51,36 +51,22 @@ impl JournalFollower {
 
     /// Start `journalctl --follow` (from `since`) unless it is running. Must be called inside
     /// the tokio runtime.
-    pub fn ensure_running(&mut self, since: SystemTime) -> Result<(), Error> {
+    pub async fn ensure_running(&mut self, since: SystemTime) -> Result<(), Error> {
         if self.task.as_ref().is_some_and(|t| !t.is_finished()) {
             return Ok(());
         }
         let since_s = since.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-        // `--merge`: journalctl --follow otherwise keeps to entries of the boot id it reads
-        // from /proc, and inside a sandboxed unit in a container that file may not be the one
-        // journald stamps entries with (seen under systemd-nspawn with ProtectKernelTunables):
-        // it would follow nothing, silently.
-        let mut child = tokio::process::Command::new("journalctl")
-            .args([
-                "--no-pager",
-                "--quiet",
-                "--follow",
-                "--merge",
-                // `--all`: without it an entry holding invalid UTF-8 (a PLEG line among them)
-                // is shown as `[NNNB blob data]` and never matched.
-                "--all",
-                "-o",
-                "short-unix",
-                "-u",
-            ])
-            .arg(&self.unit)
-            .arg(format!("--since=@{since_s}"))
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|source| JournalError::Spawn { source })?;
+        let boot = journald_boot_id().await;
+        let mut child = tokio::process::Command::new(crate::system_program::path_of(
+            crate::system_program::JOURNALCTL,
+        ))
+        .args(follow_args(&self.unit, since_s, boot.as_deref()))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|source| JournalError::Spawn { source })?;
         let stdout = child.stdout.take().ok_or(JournalError::NoPipe("stdout"))?;
         let latest = Arc::clone(&self.latest);
         let matches = self.matches;
@@ -110,6 +96,63 @@ impl JournalFollower {
             .filter(|s| s.at >= since && s.read_at.elapsed() <= max_age)
             .map(|s| s.line.clone())
     }
+}
+
+/// The arguments of the follower's `journalctl`. Never `--merge`: that reads every journal
+/// file under /var/log/journal, other machines' among them (containers' and VMs' journals
+/// linked there), whose every field their guest writes. Without it `--follow` keeps to one
+/// boot — by default the id journalctl reads from /proc, which inside a sandboxed unit in a
+/// container may not be the one journald stamps entries with (seen under systemd-nspawn with
+/// ProtectKernelTunables: it would follow nothing, silently) — so the boot journald writes
+/// is named explicitly when known ([`journald_boot_id`]).
+pub(crate) fn follow_args(unit: &str, since_s: u64, boot: Option<&str>) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "--no-pager",
+        "--quiet",
+        "--follow",
+        // `--all`: without it an entry holding invalid UTF-8 (a PLEG line among them) is
+        // shown as `[NNNB blob data]` and never matched.
+        "--all",
+        "-o",
+        "short-unix",
+        "-u",
+        unit,
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    args.push(format!("--since=@{since_s}"));
+    if let Some(id) = boot {
+        args.push(format!("--boot={id}"));
+    }
+    args
+}
+
+/// The boot id of the newest entry of this machine's journal: the boot journald writes now.
+/// None when it cannot be told (the follower then keeps journalctl's own idea).
+async fn journald_boot_id() -> Option<String> {
+    let out = tokio::time::timeout(
+        Duration::from_secs(2),
+        tokio::process::Command::new(crate::system_program::path_of(
+            crate::system_program::JOURNALCTL,
+        ))
+        .args(["--no-pager", "--quiet", "-n", "1", "-o", "json"])
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output(),
+    )
+    .await
+    .ok()?
+    .ok()?;
+    boot_id_of(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// `_BOOT_ID` of a `journalctl -o json` line, if it is a boot id (32 hex digits).
+pub(crate) fn boot_id_of(json: &str) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_str(json.lines().next()?).ok()?;
+    let id = v.get("_BOOT_ID")?.as_str()?;
+    (id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit())).then(|| id.to_owned())
 }
 
 impl Drop for JournalFollower {
@@ -203,6 +246,25 @@ mod tests {
         note_line(&latest, is_pleg_complaint, &own, Instant::now());
         let kept = latest.lock().unwrap().clone().map(|s| s.line);
         assert_eq!(kept.as_deref(), Some(PLEG_LINE));
+    }
+
+    /// Never `--merge` (other machines' journals), always an absolute journalctl, and the
+    /// boot journald writes when it is known.
+    #[test]
+    fn the_follower_reads_this_machines_journal_only() {
+        let args = follow_args("kubelet.service", 1_733_150_000, None);
+        assert!(!args.iter().any(|a| a == "--merge"), "{args:?}");
+        assert!(!args.iter().any(|a| a.starts_with("--boot")), "{args:?}");
+        let id = "d229503bb2174dd899875965319c56bc";
+        let args = follow_args("kubelet.service", 1_733_150_000, Some(id));
+        assert!(!args.iter().any(|a| a == "--merge"), "{args:?}");
+        assert!(args.contains(&format!("--boot={id}")), "{args:?}");
+        assert!(args.contains(&"--since=@1733150000".to_owned()), "{args:?}");
+        let line = r#"{"_BOOT_ID":"d229503bb2174dd899875965319c56bc","MESSAGE":"x"}"#;
+        assert_eq!(boot_id_of(line).as_deref(), Some(id));
+        assert_eq!(boot_id_of(r#"{"_BOOT_ID":"--merge"}"#), None);
+        assert_eq!(boot_id_of("-- No entries --"), None);
+        assert_eq!(boot_id_of(""), None);
     }
 
     #[test]

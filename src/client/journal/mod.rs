@@ -75,15 +75,17 @@ pub async fn last_matching_line(
     matches: LineMatch,
 ) -> Result<Option<String>, Error> {
     let since_s = since.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let mut child = tokio::process::Command::new("journalctl")
-        .args(["--no-pager", "--quiet", "-o", "cat", "-u", unit])
-        .arg(format!("--since=@{since_s}"))
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|source| JournalError::Spawn { source })?;
+    let mut child = tokio::process::Command::new(crate::system_program::path_of(
+        crate::system_program::JOURNALCTL,
+    ))
+    .args(["--no-pager", "--quiet", "-o", "cat", "-u", unit])
+    .arg(format!("--since=@{since_s}"))
+    .stdin(std::process::Stdio::null())
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .kill_on_drop(true)
+    .spawn()
+    .map_err(|source| JournalError::Spawn { source })?;
     let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
         return Err(JournalError::NoPipe("output pipes").into());
     };

@@ -6,6 +6,7 @@
 //! The fixture tests beside it (`tests.rs`) serve healthz answers from a fake kubelet on
 //! loopback, without root.
 
+pub mod listener;
 #[cfg(test)]
 pub(crate) mod tests;
 mod url;

@@ -1,0 +1,5 @@
+#![no_main]
+// pleg-guard's journal_lines parser under coverage-guided fuzzing (fuzz/run.sh; src/fuzz_entry.rs).
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    pleg_guard::fuzz_entry::journal_lines(data);
+});
