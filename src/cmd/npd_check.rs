@@ -135,7 +135,7 @@ mod tests {
             ),
         )
         .unwrap();
-        let now = crate::report::time_format::rfc3339(SystemTime::now());
+        let now = crate::clock::time_format::rfc3339(SystemTime::now());
         std::fs::write(
             state.join(ledger::LEDGER_FILE),
             format!(
