@@ -265,13 +265,9 @@ mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
 
+    /// The shared fresh directory, with a known mode (the tests compare file modes).
     fn tempdir(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!(
-            "pleg-guard-state-file-{name}-{}",
-            std::process::id()
-        ));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
+        let d = crate::testing::tempdir(name);
         std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).unwrap();
         d
     }

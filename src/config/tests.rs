@@ -304,8 +304,7 @@ fn metrics_keys() {
 
 #[test]
 fn dropins_merge_in_name_order_and_missing_default_is_fine() {
-    let dir = std::env::temp_dir().join(format!("pleg-guard-config-test-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = crate::testing::tempdir("config-test");
     std::fs::create_dir_all(dir.join("config.d")).unwrap();
     let main = dir.join("config.toml");
     std::fs::write(&main, "interval = \"20s\"\nmode = \"observe\"\n").unwrap();
@@ -335,9 +334,7 @@ fn dropins_merge_in_name_order_and_missing_default_is_fine() {
 
 #[test]
 fn fleet_keys_are_read() {
-    let dir = std::env::temp_dir().join(format!("pg-fleet-cfg-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = crate::testing::tempdir("pg-fleet-cfg");
     let pw = dir.join("pw");
     std::fs::write(&pw, "s3cret\n").unwrap();
     let text = format!(
@@ -524,9 +521,7 @@ fn thresholds_come_from_the_config() {
 /// others can read is named in a warning.
 #[test]
 fn etcd_passwords_stay_off_cleartext_networks() {
-    let dir = std::env::temp_dir().join(format!("pg-fleet-http-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = crate::testing::tempdir("pg-fleet-http");
     let pw = dir.join("pw");
     std::fs::write(&pw, "s3cret\n").unwrap();
     let with = |endpoint: &str, extra: &str| {
@@ -581,9 +576,7 @@ fn etcd_passwords_stay_off_cleartext_networks() {
 /// The settings handed to the etcd client print the user but not the password.
 #[test]
 fn debug_of_fleet_settings_leaves_the_password_out() {
-    let dir = std::env::temp_dir().join(format!("pg-fleet-dbg-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = crate::testing::tempdir("pg-fleet-dbg");
     let pw = dir.join("pw");
     std::fs::write(&pw, "hunter2-secret\n").unwrap();
     let c = parse(&format!(
@@ -602,9 +595,7 @@ fn debug_of_fleet_settings_leaves_the_password_out() {
 /// token file others can read, are named in warnings.
 #[test]
 fn metrics_token_and_exposure_warnings() {
-    let dir = std::env::temp_dir().join(format!("pg-metrics-cfg-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = crate::testing::tempdir("pg-metrics-cfg");
     let token = dir.join("token");
     std::fs::write(&token, "abc\n").unwrap();
     use std::os::unix::fs::PermissionsExt;

@@ -603,9 +603,7 @@ mod tests {
     /// With a token file, /metrics answers only a request bearing the token.
     #[test]
     fn a_configured_bearer_token_is_required() {
-        let dir = std::env::temp_dir().join(format!("pg-metrics-token-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = crate::testing::tempdir("pg-metrics-token");
         std::fs::write(dir.join("token"), "t0ken\n").unwrap();
         let token = Secret::read_for("metrics.bearer_token_file", &dir.join("token")).unwrap();
         let _ = std::fs::remove_dir_all(&dir);

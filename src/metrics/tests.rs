@@ -178,9 +178,7 @@ fn fleet_gauges_only_with_a_fleet_and_unknowns_left_out() {
 
 #[test]
 fn exporter_writes_the_textfile_and_skips_a_missing_directory() {
-    let d = std::env::temp_dir().join(format!("pleg-guard-exporter-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
+    let d = crate::testing::tempdir("pleg-guard-exporter");
     let exporter = Exporter::default();
     let cfg = MetricsConfig {
         textfile: Some(d.join("pleg-guard.prom")),
