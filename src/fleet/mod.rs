@@ -1,11 +1,11 @@
 //! The fleet-wide disruption budget kept in etcd (issue 21): a pool never has more than
 //! `max_disruptive` nodes in a disruptive repair at once.
 //!
-//! - [`group`]: the keys of a group and who may take a slot next (pure);
+//! - [`group`]: the keys of a group, their values, and what a waiter does next (pure);
 //! - [`policy`]: when an action waits for its slot and when it acts without one (pure);
 //! - [`etcd`]: the typed edge to etcd (connect, TLS and auth checks, errors by kind);
-//! - [`actor`]: the task that keeps this node's lease, member key, slot request and a watched
-//!   copy of the group;
+//! - [`actor`]: the task that keeps this node's lease and member key, and asks for, waits for
+//!   and gives back its slot;
 //! - this file: [`Fleet`], the handle the daemon holds (it never blocks on etcd), and the
 //!   types the others share.
 
@@ -215,6 +215,7 @@ pub(crate) struct Shared {
 pub(crate) enum Command {
     Request(ActionKind, Urgency),
     Release,
+    Findings(Vec<String>),
     Shutdown(oneshot::Sender<()>),
 }
 
@@ -259,14 +260,27 @@ impl Fleet {
     pub async fn check(settings: &FleetSettings) -> Result<FleetView, FleetError> {
         let tls = etcd::TlsMaterial::load(settings.tls.as_ref())?;
         let mut conn = etcd::Connection::open(settings, &tls).await?;
-        let read = conn.read_group(&settings.group_prefix()).await?;
-        Ok(actor::view_of(settings, &read.read(), true, None, 0))
+        let keys = group::Keys::new(&settings.group_prefix());
+        let snap = conn
+            .snapshot(
+                &keys,
+                &settings.node,
+                None,
+                settings.max_disruptive.slots(0),
+            )
+            .await?;
+        Ok(actor::view_of(settings, &snap, true, None, 0))
     }
 
     /// Ask for a slot for `action` (idempotent while a request stands; a higher urgency
     /// replaces a lower one).
     pub fn request(&self, action: ActionKind, urgency: Urgency) {
         let _ = self.commands.send(Command::Request(action, urgency));
+    }
+
+    /// The findings this node acts on now, for its member key (written when they change).
+    pub fn set_findings(&self, findings: Vec<String>) {
+        let _ = self.commands.send(Command::Findings(findings));
     }
 
     /// Give the slot back (or withdraw the request).
