@@ -644,7 +644,9 @@ fn restart_with_a_hung_shim_keeps_the_relist_healthy() {
                 env!("CARGO_MANIFEST_DIR"),
                 "/tests/bed/containerd.sh"
             ))
-            .env("PLEG_GUARD_TEST_CONTAINERD_LOCK_HELD", "1"),
+            // this test holds both locks: the script must not wait for them
+            .env("PLEG_GUARD_TEST_CONTAINERD_LOCK_HELD", "1")
+            .env("PLEG_GUARD_TEST_DOCKER_LOCK_HELD", "1"),
         None,
         secs(120),
     )
@@ -667,4 +669,102 @@ fn restart_with_a_hung_shim_keeps_the_relist_healthy() {
         "containerd 1.6.20 reports a container of a hung shim as running after a restart"
     );
     drop(shim);
+}
+
+/// The pids of containerd.sh's containerd (none while it is down).
+fn containerd_pids() -> Vec<u32> {
+    let o = std::process::Command::new("pgrep")
+        .args(["-f", &format!("^containerd --config {CONFIG_FILE}$")])
+        .output()
+        .unwrap_or_else(|e| panic!("pgrep: {e}"));
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+/// `tests/bed/containerd.sh` (which every test binary's prepare.sh runs) while a test holds the
+/// containerd lock with containerd down for longer than the 60 s after which the script once
+/// went on without the lock: it waits, starts no second containerd and imports nothing
+/// meanwhile, and succeeds once the holder has brought containerd back. Two copies run at once,
+/// so their configuration writes meet too. A fresh-machine run of the suite once failed with
+/// "docker.io/pleg-guard-test/pause:latest not in containerd after import" exactly so.
+#[test]
+fn containerd_sh_waits_while_a_test_holds_containerd_down() {
+    let Some((_env, lock)) = setup() else { return };
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/bed/containerd.sh");
+    let pid = containerd_pid();
+    kill(Pid::from_raw(pid as i32), Signal::SIGTERM)
+        .unwrap_or_else(|e| panic!("SIGTERM containerd ({pid}): {e}"));
+    wait_until("containerd exited", secs(20), || {
+        host_proc_state(pid).is_none()
+    });
+    let mut waiters: Vec<std::process::Child> = (0..2)
+        .map(|_| {
+            std::process::Command::new("bash")
+                .arg(script)
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap_or_else(|e| panic!("bash {script}: {e}"))
+        })
+        .collect();
+    let held = Instant::now();
+    while held.elapsed() < secs(70) {
+        assert_eq!(
+            containerd_pids(),
+            Vec::<u32>::new(),
+            "containerd.sh started containerd while a test held the lock"
+        );
+        for w in &mut waiters {
+            let done = w.try_wait().unwrap_or_else(|e| panic!("wait: {e}"));
+            assert!(
+                done.is_none(),
+                "containerd.sh ended ({done:?}) while a test held the lock"
+            );
+        }
+        std::thread::sleep(secs(1));
+    }
+    // the holder brings containerd back, as restart_with_a_hung_shim_keeps_the_relist_healthy does
+    let o = run_with_timeout(
+        std::process::Command::new("bash")
+            .arg(script)
+            .env("PLEG_GUARD_TEST_CONTAINERD_LOCK_HELD", "1"),
+        None,
+        secs(120),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert!(o.status.success(), "containerd.sh: {}", show(&o));
+    drop(lock);
+    for w in waiters {
+        let deadline = Instant::now() + secs(120);
+        let mut w = w;
+        while w
+            .try_wait()
+            .unwrap_or_else(|e| panic!("wait: {e}"))
+            .is_none()
+        {
+            assert!(
+                Instant::now() < deadline,
+                "containerd.sh still waiting 120 s after the lock was released"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        let o = w.wait_with_output().unwrap_or_else(|e| panic!("wait: {e}"));
+        assert!(
+            o.status.success(),
+            "containerd.sh after the lock: {}",
+            show(&o)
+        );
+    }
+    assert_eq!(containerd_pids().len(), 1, "one bed containerd afterwards");
+    let images = host_ok(
+        "ctr",
+        &["--address", SOCKET, "-n", "k8s.io", "images", "ls", "-q"],
+    );
+    assert!(
+        images.lines().any(|l| l.trim() == IMAGE),
+        "{IMAGE} in containerd afterwards: {images}"
+    );
 }

@@ -8,7 +8,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::action::ActionKind;
-use crate::config::{Config, FleetConfig};
+use crate::config::Config;
+use crate::fleet::FleetConfig;
 use crate::fleet::policy::{self, Inputs, Verdict, WaitReason};
 use crate::fleet::{Fleet, FleetError, FleetSettings, SlotState, Urgency};
 use crate::report::event::EventKind;

@@ -22,8 +22,8 @@ use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 
+use super::MaxDisruptive;
 use super::Urgency;
-use crate::config::MaxDisruptive;
 
 /// The key segment of member keys.
 pub const MEMBERS: &str = "members/";

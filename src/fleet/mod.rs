@@ -4,6 +4,7 @@
 //! - [`group`]: the keys of a group, their values, and what a waiter does next (pure);
 //! - [`policy`]: when an action waits for its slot and when it acts without one (pure);
 //! - [`etcd`]: the typed edge to etcd (connect, TLS and auth checks, errors by kind);
+//! - [`settings`]: the `[fleet]` settings and what makes each value valid;
 //! - [`actor`]: the task that keeps this node's lease and member key, and asks for, waits for
 //!   and gives back its slot;
 //! - this file: [`Fleet`], the handle the daemon holds (it never blocks on etcd), and the
@@ -13,6 +14,7 @@ pub mod actor;
 pub mod etcd;
 pub mod group;
 pub mod policy;
+pub mod settings;
 
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
@@ -20,7 +22,7 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::action::ActionKind;
-use crate::config::{FleetConfig, MaxDisruptive};
+pub use settings::{FleetConfig, MaxDisruptive, OnUnreachable, Secret};
 
 /// How urgent a slot request is: emergencies go first in the queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -18,7 +18,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::config::OnUnreachable;
+use super::OnUnreachable;
 
 use super::{SlotState, Urgency};
 

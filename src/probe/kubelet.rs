@@ -17,9 +17,10 @@ use tokio::time::Instant;
 
 use super::{bounded, timed_with_error};
 use crate::client::journal::follow::JournalFollower;
+use crate::client::kubelet::HttpUrl;
 use crate::client::kubelet::healthz;
 use crate::client::{self, ErrorKind};
-use crate::config::{HttpUrl, KubeletConfig};
+use crate::config::KubeletConfig;
 use crate::target::{Facts, Observation, PathResult, Target, TargetState};
 
 /// The text that marks kubelet's PLEG complaint in its log.

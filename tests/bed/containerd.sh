@@ -21,6 +21,7 @@ ROOT=/var/lib/pleg-guard-test-containerd
 CONF=$BASE/config.toml
 LOG=/var/log/pleg-guard-test-containerd.log
 LOCK=/run/pleg-guard-test-containerd.lock
+DOCKER_LOCK=/run/pleg-guard-test-docker.lock
 IMAGE=pleg-guard-test/busybox:latest
 PAUSE=pleg-guard-test/pause:latest
 NS=k8s.io
@@ -34,7 +35,24 @@ for c in containerd ctr containerd-shim-runc-v2 runc docker; do
     command -v "$c" >/dev/null || die "$c not found (prepare.sh installs containerd and docker.io)"
 done
 mkdir -p "$BASE/sock" "$BASE/state" "$ROOT"
-cat >"$CONF.new" <<EOF
+
+# Everything below runs under the containerd lock, and only under it: tests hold it while they
+# SIGSTOP or restart this containerd, so an instance that went on without it (as this script
+# once did after waiting 60 s) started a second containerd, or imported into one that was going
+# away ("... not in containerd after import"). A test that holds the lock itself and runs this
+# script to restart containerd says so with PLEG_GUARD_TEST_CONTAINERD_LOCK_HELD=1.
+LOCK_WAIT=900
+touch "$LOCK"
+exec 7>"$LOCK"
+if [ "${PLEG_GUARD_TEST_CONTAINERD_LOCK_HELD:-}" != 1 ]; then
+    flock -w "$LOCK_WAIT" 7 \
+        || die "the containerd lock $LOCK was held by another test for $LOCK_WAIT s; nothing touched"
+fi
+
+# the configuration: written to a name of this instance's own and compared under the lock, so
+# no instance sees another's half-written file as a "changed" configuration
+new_conf=$(mktemp "$BASE/config.toml.XXXXXX")
+cat >"$new_conf" <<EOF
 version = 2
 root = "$ROOT"
 state = "$BASE/state"
@@ -58,24 +76,17 @@ state = "$BASE/state"
 EOF
 # a changed configuration (a newer containerd.sh) restarts containerd below
 changed=0
-cmp -s "$CONF.new" "$CONF" || changed=1
-mv -f "$CONF.new" "$CONF"
+cmp -s "$new_conf" "$CONF" || changed=1
+chmod 0644 "$new_conf"
+mv -f "$new_conf" "$CONF"
 
-# resume what a killed test left stopped (never what a running test stopped on purpose)
-touch "$LOCK"
-exec 7>"$LOCK"
-HAVE_LOCK=0
-# a test that holds the lock itself and restarts containerd says so
-if [ "${PLEG_GUARD_TEST_CONTAINERD_LOCK_HELD:-}" = 1 ] || flock -w 60 7; then
-    HAVE_LOCK=1
-    for pid in $(ours) $(pgrep -f "containerd-shim-runc-v2 .*-address $SOCK" || true); do
-        [ "$(awk '{print $3}' /proc/"$pid"/stat 2>/dev/null)" = T ] && { kill -CONT "$pid"; echo "containerd.sh: resumed stopped pid $pid ($(cat /proc/"$pid"/comm))"; }
-    done
-else
-    echo "containerd.sh: containerd lock busy for 60 s; not touching its state"
-fi
+# resume what a killed test left stopped (a test that stopped it on purpose holds the lock, so
+# none is running now)
+for pid in $(ours) $(pgrep -f "containerd-shim-runc-v2 .*-address $SOCK" || true); do
+    [ "$(awk '{print $3}' /proc/"$pid"/stat 2>/dev/null)" = T ] && { kill -CONT "$pid"; echo "containerd.sh: resumed stopped pid $pid ($(cat /proc/"$pid"/comm))"; }
+done
 
-if [ $changed = 1 ] && [ $HAVE_LOCK = 1 ] && [ -n "$(ours)" ]; then
+if [ $changed = 1 ] && [ -n "$(ours)" ]; then
     echo "containerd.sh: configuration changed: restarting the bed's containerd"
     kill $(ours) 2>/dev/null || true
     for _ in $(seq 1 50); do [ -z "$(ours)" ] && break; sleep 0.2; done
@@ -101,6 +112,13 @@ ctr_ plugins ls | grep -Eq 'io\.containerd\.grpc\.v1 +cri .* ok' \
 
 # the sandbox (and container) image
 if ! ctr_ -n $NS images ls -q | grep -qx "docker.io/$PAUSE"; then
+    # it comes from the host's dockerd, which tests stop and restart under the docker lock
+    # (taken after the containerd lock, the order the tests take them in)
+    exec 9>>"$DOCKER_LOCK"
+    if [ "${PLEG_GUARD_TEST_DOCKER_LOCK_HELD:-}" != 1 ]; then
+        flock -w "$LOCK_WAIT" 9 \
+            || die "the docker lock $DOCKER_LOCK was held by another test for $LOCK_WAIT s; $PAUSE not imported"
+    fi
     if ! docker image inspect "$PAUSE" >/dev/null 2>&1; then
         # the bed's busybox image with a command, so it can be a pod's sandbox container
         docker image inspect "$IMAGE" >/dev/null 2>&1 || die "$IMAGE missing (prepare.sh imports it)"
@@ -112,6 +130,7 @@ if ! ctr_ -n $NS images ls -q | grep -qx "docker.io/$PAUSE"; then
     docker save "$PAUSE" | ctr_ -n $NS images import - >/dev/null || die "ctr images import $PAUSE failed"
     ctr_ -n $NS images ls -q | grep -qx "docker.io/$PAUSE" || die "docker.io/$PAUSE not in containerd after import"
     echo "containerd.sh: imported docker.io/$PAUSE into containerd ($NS)"
+    exec 9>&-
 fi
 flock -u 7 2>/dev/null || true
 exec 7>&-

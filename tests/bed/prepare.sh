@@ -56,8 +56,13 @@ resume_docker() {
 }
 touch "$DOCKER_LOCK"
 exec 9>"$DOCKER_LOCK"
-HAVE_LOCK=0
-if flock -w 60 9; then HAVE_LOCK=1; resume_docker; else echo "prepare: docker lock busy for 60 s; not touching dockerd state"; fi
+# Never without the lock: a test holds it while it stops or restarts dockerd, and a prepare.sh
+# that went on without it (after 60 s, as it once did) found dockerd "not answering" and failed,
+# or started a second one. Tests take the lock only after their bed is prepared, so waiting is
+# safe; the bound only turns a lock that is never released into a clear error.
+LOCK_WAIT=900
+flock -w "$LOCK_WAIT" 9 || die "the docker lock $DOCKER_LOCK was held by another test for $LOCK_WAIT s; nothing touched"
+resume_docker
 if timeout 10 docker info >/dev/null 2>&1; then
     step_done "already answering"
 else
@@ -94,14 +99,12 @@ fi
 step_start cleanup
 stale() { local pid=${1#pgt-}; pid=${pid%%-*}; [[ $pid =~ ^[0-9]+$ ]] && [ ! -d /proc/$pid ]; }
 removed=0
-if [ $HAVE_LOCK = 1 ]; then
-    for name in $(docker ps -a --filter name=pgt- --format '{{.Names}}'); do
-        stale "$name" || continue
-        upper=$(docker inspect -f '{{.GraphDriver.Data.UpperDir}}' "$name" 2>/dev/null || true)
-        [ -n "$upper" ] && [ -d "$upper" ] && chattr -R -i "$upper" 2>/dev/null || true
-        docker rm -f "$name" >/dev/null 2>&1 && removed=$((removed + 1)) || echo "prepare: could not remove stale container $name" >&2
-    done
-fi
+for name in $(docker ps -a --filter name=pgt- --format '{{.Names}}'); do
+    stale "$name" || continue
+    upper=$(docker inspect -f '{{.GraphDriver.Data.UpperDir}}' "$name" 2>/dev/null || true)
+    [ -n "$upper" ] && [ -d "$upper" ] && chattr -R -i "$upper" 2>/dev/null || true
+    docker rm -f "$name" >/dev/null 2>&1 && removed=$((removed + 1)) || echo "prepare: could not remove stale container $name" >&2
+done
 flock -u 9 2>/dev/null || true
 exec 9>&-
 # stale beds: systemd-nspawn --machine=pgt-<pid>-<n> whose test process is gone

@@ -39,8 +39,5 @@ pub use facts::{
 };
 pub use relist::relist;
 
-/// Where containerd serves CRI unless configured otherwise (`[containerd] socket`).
-pub const DEFAULT_SOCKET: &str = "/run/containerd/containerd.sock";
-
 #[cfg(test)]
 mod tests;

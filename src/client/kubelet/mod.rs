@@ -8,11 +8,13 @@
 
 #[cfg(test)]
 pub(crate) mod tests;
+mod url;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::{Error, ErrorKind};
-use crate::config::HttpUrl;
+
+pub use url::HttpUrl;
 
 /// Why kubelet's healthz did not say ok.
 #[derive(Debug, thiserror::Error)]

@@ -7,9 +7,9 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
+use super::HttpUrl;
 use super::healthz;
 use crate::client::{Error, ErrorKind};
-use crate::config::HttpUrl;
 
 /// How the fake kubelet answers.
 #[derive(Clone, Copy)]

@@ -1,0 +1,511 @@
+//! The configuration's unit tests: whole files parsed as the daemon reads them.
+
+use std::path::Path;
+
+use super::*;
+use crate::fleet::{MaxDisruptive, OnUnreachable, Secret};
+
+fn parse(text: &str) -> Result<Config, String> {
+    parse_str(Path::new("/etc/pleg-guard/config.toml"), text).map_err(|e| e.to_string())
+}
+
+#[test]
+fn empty_file_gives_defaults() {
+    assert_eq!(parse("").unwrap(), Config::default());
+}
+
+#[test]
+fn contract_example_parses() {
+    let text = r#"
+mode = "repair"
+interval = "10s"
+startup_grace = "30s"
+
+[probe]
+timeout = "5s"
+unhealthy_after = 3
+
+[docker]
+enabled = true
+socket = "/var/run/docker.sock"
+
+[kubelet]
+enabled = true
+unit = "kubelet.service"
+healthz_url = "http://127.0.0.1:10248/healthz"
+
+[actions.purge_dead_containers]
+enabled = true
+min_interval = "5m"
+max_per_day = 24
+
+[actions.daemon_reexec]
+enabled = true
+when = "affected"
+min_interval = "1h"
+max_per_day = 3
+
+[actions.restart_kubelet]
+enabled = true
+min_interval = "30m"
+max_per_day = 4
+"#;
+    let c = parse(text).unwrap();
+    assert_eq!(c.interval, Duration::from_secs(10));
+    assert_eq!(c.actions.daemon_reexec.max_per_day.get(), 3);
+    assert_eq!(c.actions.daemon_reexec_when, ReexecWhen::Affected);
+    assert_eq!(c.kubelet.healthz_url.port, 10248);
+}
+
+#[test]
+fn values_are_read() {
+    let c = parse(
+        "mode = \"observe\"\ninterval = \"500ms\"\n[probe]\ntimeout = \"250ms\"\nslow_after = \"100ms\"\nunhealthy_after = 1\n[actions.daemon_reexec]\nwhen = \"always\"\n[kubelet]\ncontainer = \"kubelet\"\n",
+    )
+    .unwrap();
+    assert_eq!(c.mode, Mode::Observe);
+    assert_eq!(c.interval, Duration::from_millis(500));
+    assert_eq!(c.probe.timeout, Duration::from_millis(250));
+    assert_eq!(c.probe.unhealthy_after.get(), 1);
+    assert_eq!(c.actions.daemon_reexec_when, ReexecWhen::Always);
+    assert_eq!(c.kubelet.container.as_deref(), Some("kubelet"));
+}
+
+#[test]
+fn serial_forecast_keys_are_read_and_checked() {
+    let c = parse(
+        "[systemd]\nserial_warn_before = \"3d\"\n[actions.daemon_reexec]\npreempt = false\npreempt_headroom = 1000\npreempt_before = \"2h\"\n",
+    )
+    .unwrap();
+    assert_eq!(c.systemd.serial_warn_before, Duration::from_secs(3 * 86400));
+    let p = c.actions.daemon_reexec_preempt;
+    assert!(!p.enabled);
+    assert_eq!(p.headroom, 1000);
+    assert_eq!(p.before, Duration::from_secs(7200));
+    let d = Config::default().actions.daemon_reexec_preempt;
+    assert!(d.enabled && d.headroom == 20_000_000 && d.before == Duration::from_secs(6 * 3600));
+    for bad in ["-1", "4294967297"] {
+        let e = parse(&format!(
+            "[actions.daemon_reexec]\npreempt_headroom = {bad}\n"
+        ))
+        .unwrap_err();
+        assert!(
+            e.contains("`actions.daemon_reexec.preempt_headroom`"),
+            "{e}"
+        );
+    }
+    let e = parse("[systemd]\nserial_warn_before = \"soon\"\n").unwrap_err();
+    assert!(e.contains("`systemd.serial_warn_before`"), "{e}");
+}
+
+#[test]
+fn preempt_window_is_read_and_checked() {
+    assert_eq!(Config::default().actions.daemon_reexec_preempt.window, None);
+    let c = parse("[actions.daemon_reexec]\npreempt_window = \"23:00-02:00\"\n").unwrap();
+    let w = c.actions.daemon_reexec_preempt.window.unwrap();
+    assert_eq!(w.to_string(), "23:00-02:00");
+    // "" is any time, also over an earlier file's window
+    let c = parse("[actions.daemon_reexec]\npreempt_window = \"\"\n").unwrap();
+    assert_eq!(c.actions.daemon_reexec_preempt.window, None);
+    for (bad, needle) in [
+        ("00:00-00:00", "starts where it ends"),
+        ("02:00-24:00", "24:00 is not a time of day"),
+        ("2:00-5:00", "is not a window: write \"HH:MM-HH:MM\""),
+        ("02:00", "is not a window"),
+        ("night", "is not a window"),
+    ] {
+        let e = parse(&format!(
+            "[actions.daemon_reexec]\npreempt_window = \"{bad}\"\n"
+        ))
+        .unwrap_err();
+        assert!(
+            e.starts_with(
+                "/etc/pleg-guard/config.toml:2:18: `actions.daemon_reexec.preempt_window`: "
+            ),
+            "{e}"
+        );
+        assert!(e.contains(needle), "{e}");
+    }
+    let e = parse("[actions.daemon_reexec]\npreempt_window = 2\n").unwrap_err();
+    assert!(e.contains("invalid type"), "{e}");
+}
+
+#[test]
+fn syntax_error_has_line_and_column() {
+    let e = parse("interval = \"10s\"\nmode = \n").unwrap_err();
+    assert!(e.starts_with("/etc/pleg-guard/config.toml:2:"), "{e}");
+}
+
+#[test]
+fn unknown_key_is_named_with_suggestion() {
+    let e = parse("[probe]\ntimout = \"5s\"\n").unwrap_err();
+    assert_eq!(
+        e,
+        "/etc/pleg-guard/config.toml:2:1: unknown key `timout` (did you mean `timeout`?)"
+    );
+    let e = parse("intervall = \"5s\"\n").unwrap_err();
+    assert!(e.contains("did you mean `interval`"), "{e}");
+}
+
+#[test]
+fn bad_duration_names_key_and_place() {
+    let e = parse("[actions.restart_kubelet]\nmin_interval = \"thirty\"\n").unwrap_err();
+    assert!(
+        e.starts_with(
+            "/etc/pleg-guard/config.toml:2:16: `actions.restart_kubelet.min_interval`: bad duration"
+        ),
+        "{e}"
+    );
+}
+
+#[test]
+fn bad_values_are_named() {
+    for (text, needle) in [
+        ("mode = \"fix\"\n", "`mode` must be"),
+        ("interval = \"0s\"\n", "`interval` must be above zero"),
+        (
+            "[probe]\nunhealthy_after = 0\n",
+            "`probe.unhealthy_after` must be between",
+        ),
+        (
+            "[probe]\nunhealthy_after = -2\n",
+            "`probe.unhealthy_after` must be between",
+        ),
+        (
+            "[actions.daemon_reexec]\nwhen = \"sometimes\"\n",
+            "`actions.daemon_reexec.when`",
+        ),
+        (
+            "[actions.daemon_reexec]\nmax_per_day = 0\n",
+            "max_per_day` must be between",
+        ),
+        ("[docker]\nsocket = \"docker.sock\"\n", "absolute path"),
+        (
+            "[containerd]\nsocket = \"containerd.sock\"\n",
+            "`containerd.socket`",
+        ),
+        ("[containerd]\nenabled = \"yes\"\n", "invalid type"),
+        (
+            "[kubelet]\nhealthz_url = \"https://x/healthz\"\n",
+            "not an http:// URL",
+        ),
+        (
+            "[systemd]\nfixed_builds = [\"nonsense\"]\n",
+            "`systemd.fixed_builds`",
+        ),
+        ("interval = 10\n", "invalid type"),
+        (
+            "[probe]\ntimeout = \"20s\"\n",
+            "`probe.timeout` (20s) must not exceed `interval`",
+        ),
+    ] {
+        let e = parse(text).unwrap_err();
+        assert!(e.contains(needle), "{text:?}: {e}");
+    }
+}
+
+#[test]
+fn huge_durations_are_rejected_with_the_key_named() {
+    for (text, key) in [
+        (
+            "interval = \"500000000y\"\n",
+            "`interval` must be at most \"1d\"",
+        ),
+        (
+            "startup_grace = \"1000y\"\n",
+            "`startup_grace` must be at most \"1d\"",
+        ),
+        (
+            "[probe]\ntimeout = \"100000y\"\n",
+            "`probe.timeout` must be at most",
+        ),
+        (
+            "[probe]\nslow_after = \"2d\"\n",
+            "`probe.slow_after` must be at most",
+        ),
+        (
+            "[kubelet]\npleg_log_window = \"9999y\"\n",
+            "`kubelet.pleg_log_window`",
+        ),
+        (
+            "[actions.daemon_reexec]\nmin_interval = \"100000y\"\n",
+            "`actions.daemon_reexec.min_interval` must be at most \"365d\"",
+        ),
+        (
+            "[actions.restart_kubelet]\nsettle = \"300000000000y\"\n",
+            "`actions.restart_kubelet.settle` must be at most \"1d\"",
+        ),
+        (
+            "[actions.purge_dead_containers]\nsettle = \"2d\"\n",
+            "`actions.purge_dead_containers.settle`",
+        ),
+        // Past u64 seconds: humantime's own overflow, still a named error.
+        (
+            "interval = \"999999999999999y\"\n",
+            "`interval`: bad duration",
+        ),
+    ] {
+        let e = parse(text).unwrap_err();
+        assert!(e.contains(key), "{text:?}: {e}");
+    }
+    // The ceilings themselves are accepted (interval and timeout at one day each).
+    let c = parse(
+        "interval = \"1d\"\nstartup_grace = \"1d\"\n[probe]\ntimeout = \"1d\"\n[actions.daemon_reexec]\nmin_interval = \"365d\"\nsettle = \"1d\"\n",
+    )
+    .unwrap();
+    assert_eq!(c.actions.daemon_reexec.min_interval, MAX_DURATION);
+    assert_eq!(c.interval, MAX_LOOP_DURATION);
+    // Keys added later get the general ceiling.
+    assert_eq!(duration_ceiling("systemd.serial_warn_before"), MAX_DURATION);
+}
+
+#[test]
+fn metrics_keys() {
+    let c = parse("").unwrap();
+    assert_eq!(
+        c.metrics.textfile.as_deref(),
+        Some(Path::new(DEFAULT_METRICS_TEXTFILE))
+    );
+    assert_eq!(c.metrics.listen, None);
+    let c = parse("[metrics]\ntextfile = \"\"\nlisten = \"[::1]:9847\"\n").unwrap();
+    assert_eq!(c.metrics.textfile, None);
+    assert_eq!(c.metrics.listen, "[::1]:9847".parse().ok());
+    let c =
+        parse("[metrics]\ntextfile = \"/tmp/x/pg.prom\"\nlisten = \"127.0.0.1:9847\"\n").unwrap();
+    assert_eq!(
+        c.metrics.textfile.as_deref(),
+        Some(Path::new("/tmp/x/pg.prom"))
+    );
+    assert_eq!(c.metrics.listen, "127.0.0.1:9847".parse().ok());
+    for (text, needle) in [
+        (
+            "[metrics]\nlisten = \"localhost:9847\"\n",
+            "2:10: `metrics.listen` must be an IP address and port",
+        ),
+        ("[metrics]\nlisten = \"9847\"\n", "`metrics.listen` must be"),
+        (
+            "[metrics]\nlisten = \"127.0.0.1:0\"\n",
+            "`metrics.listen` needs a port other than 0",
+        ),
+        (
+            "[metrics]\ntextfile = \"pg.prom\"\n",
+            "`metrics.textfile` must be an absolute path",
+        ),
+        (
+            "[metrics]\ntextfile = \"/var/lib/x/pg.txt\"\n",
+            "`metrics.textfile` must name a `*.prom` file",
+        ),
+        ("[metrics]\nlissen = \"\"\n", "did you mean `listen`"),
+    ] {
+        let e = parse(text).unwrap_err();
+        assert!(e.contains(needle), "{text:?}: {e}");
+    }
+}
+
+#[test]
+fn dropins_merge_in_name_order_and_missing_default_is_fine() {
+    let dir = std::env::temp_dir().join(format!("pleg-guard-config-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("config.d")).unwrap();
+    let main = dir.join("config.toml");
+    std::fs::write(&main, "interval = \"20s\"\nmode = \"observe\"\n").unwrap();
+    std::fs::write(dir.join("config.d/20-b.toml"), "interval = \"30s\"\n").unwrap();
+    std::fs::write(
+        dir.join("config.d/10-a.toml"),
+        "interval = \"40s\"\n[probe]\ntimeout = \"2s\"\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("config.d/ignored.conf"), "garbage").unwrap();
+    let loaded = load(Some(&main)).unwrap();
+    assert_eq!(loaded.config.interval, Duration::from_secs(30));
+    assert_eq!(loaded.config.probe.timeout, Duration::from_secs(2));
+    assert_eq!(loaded.config.mode, Mode::Observe);
+    assert_eq!(loaded.sources.len(), 3);
+
+    std::fs::write(dir.join("config.d/30-bad.toml"), "[probe]\nbogus = 1\n").unwrap();
+    let e = load(Some(&main)).unwrap_err().to_string();
+    assert!(e.contains("30-bad.toml:2:1: unknown key `bogus`"), "{e}");
+
+    let e = load(Some(&dir.join("missing.toml")))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("missing.toml"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn fleet_keys_are_read() {
+    let dir = std::env::temp_dir().join(format!("pg-fleet-cfg-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let pw = dir.join("pw");
+    std::fs::write(&pw, "s3cret\n").unwrap();
+    let text = format!(
+        r#"
+[fleet]
+etcd_endpoints = ["https://10.0.0.5:2379", "https://[::1]:2379/"]
+group = "pool-a.eu_1"
+max_disruptive = "5%"
+lease_ttl = "30s"
+on_unreachable = "local"
+max_wait = "5m"
+ca_file = "/etc/pleg-guard/etcd-ca.pem"
+cert_file = "/etc/pleg-guard/node.pem"
+key_file = "/etc/pleg-guard/node-key.pem"
+username = "pleg"
+password_file = "{}"
+node = "node-17"
+prefix = "/ops/pleg-guard"
+
+[actions.purge_dead_containers]
+fleet = true
+[actions.restart_kubelet]
+fleet = false
+"#,
+        pw.display()
+    );
+    let c = parse(&text).unwrap();
+    let f = &c.fleet;
+    assert!(f.enabled());
+    assert_eq!(
+        f.etcd_endpoints,
+        ["https://10.0.0.5:2379", "https://[::1]:2379"]
+    );
+    assert_eq!(f.group, "pool-a.eu_1");
+    assert_eq!(f.max_disruptive, MaxDisruptive::Percent(5));
+    assert_eq!(f.lease_ttl, Duration::from_secs(30));
+    assert_eq!(f.on_unreachable, OnUnreachable::Local);
+    assert_eq!(f.max_wait, Duration::from_secs(300));
+    assert_eq!(f.password.as_ref().map(Secret::expose), Some("s3cret"));
+    assert!(
+        !format!("{f:?}").contains("s3cret"),
+        "Debug hides the password"
+    );
+    assert_eq!(f.node_name(), "node-17");
+    assert_eq!(f.prefix, "/ops/pleg-guard");
+    assert!(c.actions.purge_dead_containers.fleet);
+    assert!(c.actions.daemon_reexec.fleet, "default stays");
+    assert!(!c.actions.restart_kubelet.fleet);
+    let d = Config::default();
+    assert!(!d.fleet.enabled());
+    assert!(!d.actions.purge_dead_containers.fleet);
+    assert!(d.actions.daemon_reexec.fleet && d.actions.restart_kubelet.fleet);
+    assert!(!d.fleet.node_name().is_empty());
+
+    let missing = dir.join("nope");
+    let e = parse(&format!(
+        "[fleet]\nusername = \"u\"\npassword_file = \"{}\"\n",
+        missing.display()
+    ))
+    .unwrap_err();
+    assert!(
+        e.contains(":3:17: `fleet.password_file`: cannot read") && e.contains("nope"),
+        "{e}"
+    );
+    std::fs::write(&pw, "\n").unwrap();
+    let e = parse(&format!(
+        "[fleet]\nusername = \"u\"\npassword_file = \"{}\"\n",
+        pw.display()
+    ))
+    .unwrap_err();
+    assert!(
+        e.contains("`fleet.password_file`") && e.contains("is empty"),
+        "{e}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bad_fleet_values_are_named() {
+    for (text, expect) in [
+        (
+            "etcd_endpoints = [\"10.0.0.5:2379\"]",
+            "`fleet.etcd_endpoints`: \"10.0.0.5:2379\" is not an http",
+        ),
+        ("etcd_endpoints = [\"https://10.0.0.5\"]", "has no port"),
+        (
+            "etcd_endpoints = [\"https://10.0.0.5:0\"]",
+            "is not a port number",
+        ),
+        ("etcd_endpoints = [\"https://:2379\"]", "has no host"),
+        ("etcd_endpoints = [\"https://h:2379/v3\"]", "no path"),
+        ("group = \"\"", "`fleet.group` must be"),
+        ("group = \"a/b\"", "`fleet.group` must be"),
+        ("group = \"..\"", "`fleet.group` must be"),
+        (
+            "max_disruptive = \"0\"",
+            "`fleet.max_disruptive`: \"0\" is neither",
+        ),
+        ("max_disruptive = \"two\"", "`fleet.max_disruptive`"),
+        ("max_disruptive = \"0%\"", "between \"1%\" and \"100%\""),
+        ("max_disruptive = \"101%\"", "between \"1%\" and \"100%\""),
+        (
+            "lease_ttl = \"2s\"",
+            "`fleet.lease_ttl` must be whole seconds",
+        ),
+        (
+            "lease_ttl = \"5500ms\"",
+            "`fleet.lease_ttl` must be whole seconds",
+        ),
+        ("lease_ttl = \"2h\"", "`fleet.lease_ttl`"),
+        (
+            "on_unreachable = \"panic\"",
+            "`fleet.on_unreachable` must be \"wait\" or \"local\"",
+        ),
+        ("max_wait = \"0s\"", "`fleet.max_wait` must be above zero"),
+        ("max_wait = \"2y\"", "`fleet.max_wait` must be at most"),
+        (
+            "ca_file = \"ca.pem\"",
+            "`fleet.ca_file` must be an absolute path",
+        ),
+        ("node = \"a b\"", "`fleet.node` must be"),
+        ("prefix = \"pleg\"", "`fleet.prefix` must be"),
+        ("prefix = \"/pleg/\"", "`fleet.prefix` must be"),
+        ("bogus = 1", "unknown key `bogus`"),
+    ] {
+        let e = parse(&format!("[fleet]\n{text}\n")).unwrap_err();
+        assert!(e.contains(":2:"), "{text}: {e}");
+        assert!(e.contains(expect), "{text}: {e}");
+    }
+    for (text, expect) in [
+        (
+            "cert_file = \"/c.pem\"",
+            "`fleet.cert_file` and `fleet.key_file` go together",
+        ),
+        (
+            "username = \"u\"",
+            "`fleet.username` and `fleet.password_file` go together",
+        ),
+        (
+            "etcd_endpoints = [\"http://h:2379\"]\nca_file = \"/ca.pem\"",
+            "plain http",
+        ),
+        (
+            "etcd_endpoints = [\"http://h:2379\", \"https://g:2379\"]",
+            "mixes http:// and https://",
+        ),
+    ] {
+        let e = parse(&format!("[fleet]\n{text}\n")).unwrap_err();
+        assert!(e.contains(expect), "{text}: {e}");
+    }
+}
+
+#[test]
+fn shipped_default_config_matches_built_in_defaults() {
+    let text = include_str!("../../packaging/config.toml");
+    assert_eq!(parse(text).unwrap(), Config::default());
+    let uncommented: String = text
+        .lines()
+        .map(|l| {
+            l.strip_prefix("#")
+                .filter(|r| !r.starts_with(' ') && !r.starts_with('#') && !r.is_empty())
+                .map_or(l.to_owned(), str::to_owned)
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert_eq!(
+        parse(&uncommented).unwrap(),
+        Config::default(),
+        "{uncommented}"
+    );
+}

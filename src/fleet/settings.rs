@@ -1,0 +1,368 @@
+//! `[fleet]` settings: their validated form ([`FleetConfig`]) and what makes each value valid.
+//!
+//! The configuration loader (`crate::config`) reads the keys with their places in the file and
+//! asks this module whether a value is good; the messages name the key, so the loader only adds
+//! the file, line and column. The checks that relate two `[fleet]` keys are
+//! [`FleetConfig::check_relations`].
+
+use std::fmt;
+use std::num::NonZeroU32;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Default `[fleet] group`.
+pub const DEFAULT_FLEET_GROUP: &str = "default";
+/// Default `[fleet] prefix`: the etcd key prefix every group lives under.
+pub const DEFAULT_FLEET_PREFIX: &str = "/pleg-guard";
+/// Default `[fleet] lease_ttl` (60 s): a dead holder's slot frees within this.
+pub const DEFAULT_FLEET_LEASE_TTL: Duration = Duration::from_secs(60);
+/// The shortest `[fleet] lease_ttl` (5 s): keep-alives go every third of it, and a shorter
+/// lease would expire on one slow etcd answer.
+pub const MIN_FLEET_LEASE_TTL: Duration = Duration::from_secs(5);
+/// The longest `[fleet] lease_ttl` (1 h): a dead holder blocks its group at most this long.
+pub const MAX_FLEET_LEASE_TTL: Duration = Duration::from_secs(3600);
+/// Default `[fleet] max_wait` (15 min): an emergency cure waits at most this long for a slot.
+pub const DEFAULT_FLEET_MAX_WAIT: Duration = Duration::from_secs(15 * 60);
+/// The longest a group or node name may be (it is one etcd key segment).
+pub const MAX_FLEET_NAME: usize = 253;
+
+/// `[fleet] max_disruptive`: how many nodes of the group may be in a disruptive repair at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MaxDisruptive {
+    /// `"2"`: at most this many.
+    Count(NonZeroU32),
+    /// `"5%"`: this share (1..=100) of the group's live members, rounded down, at least 1.
+    Percent(u8),
+}
+
+impl MaxDisruptive {
+    /// The number of slots for `members` live members (at least 1).
+    pub fn slots(self, members: usize) -> usize {
+        match self {
+            MaxDisruptive::Count(n) => usize::try_from(n.get()).unwrap_or(usize::MAX),
+            MaxDisruptive::Percent(p) => (members.saturating_mul(usize::from(p)) / 100).max(1),
+        }
+    }
+}
+
+impl fmt::Display for MaxDisruptive {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MaxDisruptive::Count(n) => write!(f, "{n}"),
+            MaxDisruptive::Percent(p) => write!(f, "{p}%"),
+        }
+    }
+}
+
+impl std::str::FromStr for MaxDisruptive {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let t = s.trim();
+        if let Some(p) = t.strip_suffix('%') {
+            return match p.trim().parse::<u8>() {
+                Ok(p @ 1..=100) => Ok(MaxDisruptive::Percent(p)),
+                _ => Err(format!(
+                    "\"{s}\" is not a share between \"1%\" and \"100%\""
+                )),
+            };
+        }
+        t.parse::<u32>()
+            .ok()
+            .and_then(NonZeroU32::new)
+            .map(MaxDisruptive::Count)
+            .ok_or_else(|| {
+                format!("\"{s}\" is neither a count of at least 1 (\"2\") nor a share (\"5%\")")
+            })
+    }
+}
+
+impl serde::Serialize for MaxDisruptive {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// `[fleet] on_unreachable`: what an action that needs a slot does while etcd cannot be
+/// reached (down, partitioned, no quorum) or refuses this node (bad certificate or password).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnUnreachable {
+    /// Hold the action until etcd answers (nothing acts without a slot).
+    Wait,
+    /// Act under the local rate limits only.
+    Local,
+}
+
+impl std::str::FromStr for OnUnreachable {
+    type Err = String;
+
+    /// `fleet.on_unreachable`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "wait" => Ok(OnUnreachable::Wait),
+            "local" => Ok(OnUnreachable::Local),
+            other => Err(format!(
+                "`fleet.on_unreachable` must be \"wait\" or \"local\", not \"{other}\""
+            )),
+        }
+    }
+}
+
+impl fmt::Display for OnUnreachable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            OnUnreachable::Wait => "wait",
+            OnUnreachable::Local => "local",
+        })
+    }
+}
+
+/// The password read from `[fleet] password_file`; never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// The secret itself, for the etcd client.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// `fleet.password_file`: the password is the file's text without its final line break;
+    /// an unreadable or empty file is an error naming the key.
+    pub fn read(file: &Path) -> Result<Secret, String> {
+        let text = std::fs::read_to_string(file)
+            .map_err(|e| format!("`fleet.password_file`: cannot read {}: {e}", file.display()))?;
+        let password = text.strip_suffix('\n').unwrap_or(&text);
+        let password = password.strip_suffix('\r').unwrap_or(password);
+        if password.is_empty() {
+            return Err(format!(
+                "`fleet.password_file`: {} is empty",
+                file.display()
+            ));
+        }
+        Ok(Secret(password.to_owned()))
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(..)")
+    }
+}
+
+/// `[fleet]`: the fleet-wide disruption budget kept in etcd.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FleetConfig {
+    /// `etcd_endpoints`: empty = no fleet budget.
+    pub etcd_endpoints: Vec<String>,
+    /// `group`: the pool sharing one budget.
+    pub group: String,
+    /// `max_disruptive`.
+    pub max_disruptive: MaxDisruptive,
+    /// `lease_ttl`: whole seconds, at least [`MIN_FLEET_LEASE_TTL`].
+    pub lease_ttl: Duration,
+    /// `on_unreachable`.
+    pub on_unreachable: OnUnreachable,
+    /// `max_wait`: an emergency cure waits at most this long for a slot.
+    pub max_wait: Duration,
+    /// `ca_file`: the CA that signed etcd's server certificates (None: the system's roots).
+    pub ca_file: Option<PathBuf>,
+    /// `cert_file`: this node's client certificate (with `key_file`).
+    pub cert_file: Option<PathBuf>,
+    /// `key_file`: its private key.
+    pub key_file: Option<PathBuf>,
+    /// `username`: etcd user (with `password_file`).
+    pub username: Option<String>,
+    /// `password_file`: the file the password was read from.
+    pub password_file: Option<PathBuf>,
+    /// The password read from `password_file` when the configuration was loaded.
+    pub password: Option<Secret>,
+    /// `node`: this node's name in the group (None: the host name).
+    pub node: Option<String>,
+    /// `prefix`: the etcd key prefix.
+    pub prefix: String,
+}
+
+impl FleetConfig {
+    /// Whether a fleet budget is configured at all.
+    pub fn enabled(&self) -> bool {
+        !self.etcd_endpoints.is_empty()
+    }
+
+    /// This node's name: `node`, or the kernel's host name.
+    pub fn node_name(&self) -> String {
+        self.node.clone().unwrap_or_else(|| {
+            std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .ok()
+                .map(|s| s.trim().to_owned())
+                .filter(|s| fleet_name_ok(s))
+                .unwrap_or_else(|| "localhost".to_owned())
+        })
+    }
+}
+
+impl Default for FleetConfig {
+    fn default() -> Self {
+        FleetConfig {
+            etcd_endpoints: Vec::new(),
+            group: DEFAULT_FLEET_GROUP.to_owned(),
+            max_disruptive: MaxDisruptive::Count(NonZeroU32::MIN),
+            lease_ttl: DEFAULT_FLEET_LEASE_TTL,
+            on_unreachable: OnUnreachable::Wait,
+            max_wait: DEFAULT_FLEET_MAX_WAIT,
+            ca_file: None,
+            cert_file: None,
+            key_file: None,
+            username: None,
+            password_file: None,
+            password: None,
+            node: None,
+            prefix: DEFAULT_FLEET_PREFIX.to_owned(),
+        }
+    }
+}
+
+/// A group or node name is one etcd key segment: letters, digits, `.`, `_`, `-`.
+pub fn fleet_name_ok(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= MAX_FLEET_NAME
+        && s != "."
+        && s != ".."
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}
+
+/// An etcd endpoint: `http(s)://host:port` (no path).
+pub fn check_endpoint(s: &str) -> Result<(), String> {
+    let rest = s
+        .strip_prefix("https://")
+        .or_else(|| s.strip_prefix("http://"))
+        .ok_or_else(|| format!("\"{s}\" is not an http:// or https:// URL"))?;
+    let authority = rest.strip_suffix('/').unwrap_or(rest);
+    if authority.contains('/') || authority.contains('?') || authority.contains('@') {
+        return Err(format!(
+            "\"{s}\" must be scheme://host:port only (no path, query or user)"
+        ));
+    }
+    let (host, port) = authority
+        .rsplit_once(':')
+        .filter(|(h, _)| !h.ends_with(']') || h.starts_with('['))
+        .filter(|(h, _)| !h.contains(':') || h.starts_with('['))
+        .ok_or_else(|| format!("\"{s}\" has no port (etcd's client port is usually 2379)"))?;
+    if port.parse::<u16>().map_or(true, |p| p == 0) {
+        return Err(format!("`{port}` in \"{s}\" is not a port number"));
+    }
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if host.is_empty() {
+        return Err(format!("\"{s}\" has no host"));
+    }
+    Ok(())
+}
+
+impl FleetConfig {
+    /// The checks between `[fleet]` keys, on the merged configuration; the message names both.
+    pub fn check_relations(&self) -> Result<(), String> {
+        let f = self;
+        if f.cert_file.is_some() != f.key_file.is_some() {
+            return Err(
+                "`fleet.cert_file` and `fleet.key_file` go together: set both or neither"
+                    .to_owned(),
+            );
+        }
+        if f.username.is_some() != f.password_file.is_some() {
+            return Err(
+                "`fleet.username` and `fleet.password_file` go together: set both or neither"
+                    .to_owned(),
+            );
+        }
+        let tls = f.ca_file.is_some() || f.cert_file.is_some();
+        if let Some(plain) = f.etcd_endpoints.iter().find(|e| e.starts_with("http://")) {
+            if tls {
+                return Err(format!(
+                    "`fleet.etcd_endpoints` has \"{plain}\" (plain http) while `fleet.ca_file`/`fleet.cert_file` ask for TLS: use https:// endpoints"
+                ));
+            }
+            if f.etcd_endpoints.iter().any(|e| e.starts_with("https://")) {
+                return Err(
+                    "`fleet.etcd_endpoints` mixes http:// and https:// endpoints: one cluster speaks one".to_owned(),
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `fleet.etcd_endpoints`: one endpoint, trimmed, without a trailing `/`.
+pub fn endpoint(text: &str) -> Result<String, String> {
+    let e = text.trim();
+    check_endpoint(e).map_err(|m| format!("`fleet.etcd_endpoints`: {m}"))?;
+    Ok(e.trim_end_matches('/').to_owned())
+}
+
+/// `fleet.group`.
+pub fn group(text: &str) -> Result<String, String> {
+    if !fleet_name_ok(text) {
+        return Err(format!(
+            "`fleet.group` must be 1 to {MAX_FLEET_NAME} letters, digits, `.`, `_` or `-` (it is an etcd key segment), not \"{text}\""
+        ));
+    }
+    Ok(text.to_owned())
+}
+
+/// `fleet.lease_ttl`, `d` read from `text`: whole seconds within
+/// [`MIN_FLEET_LEASE_TTL`]..=[`MAX_FLEET_LEASE_TTL`].
+pub fn lease_ttl(d: Duration, text: &str) -> Result<Duration, String> {
+    if d < MIN_FLEET_LEASE_TTL || d > MAX_FLEET_LEASE_TTL || d.subsec_nanos() != 0 {
+        return Err(format!(
+            "`fleet.lease_ttl` must be whole seconds between \"5s\" and \"1h\" (etcd leases count seconds; keep-alives go every third), not \"{text}\""
+        ));
+    }
+    Ok(d)
+}
+
+/// `fleet.node`: `""` means the host name.
+pub fn node(text: &str) -> Result<Option<String>, String> {
+    if text.is_empty() {
+        Ok(None)
+    } else if fleet_name_ok(text) {
+        Ok(Some(text.to_owned()))
+    } else {
+        Err(format!(
+            "`fleet.node` must be 1 to {MAX_FLEET_NAME} letters, digits, `.`, `_` or `-` (or \"\" for the host name), not \"{text}\""
+        ))
+    }
+}
+
+/// `fleet.prefix`: an absolute etcd key path of name segments.
+pub fn prefix(text: &str) -> Result<String, String> {
+    let ok = text.starts_with('/') && text.len() > 1 && text[1..].split('/').all(fleet_name_ok);
+    if !ok {
+        return Err(format!(
+            "`fleet.prefix` must be an absolute key path such as \"/pleg-guard\" (segments of letters, digits, `.`, `_`, `-`; no trailing `/`), not \"{text}\""
+        ));
+    }
+    Ok(text.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn max_disruptive_slots() {
+        let p = |s: &str| s.parse::<MaxDisruptive>().unwrap();
+        assert_eq!(p("2").slots(100), 2);
+        assert_eq!(p(" 3 ").to_string(), "3");
+        assert_eq!(p("50%").slots(4), 2);
+        assert_eq!(p("50%").slots(2), 1);
+        assert_eq!(p("5%").slots(10), 1, "at least one");
+        assert_eq!(p("5%").slots(0), 1);
+        assert_eq!(p("5%").slots(2000), 100);
+        assert_eq!(p("100%").to_string(), "100%");
+        assert_eq!(
+            serde_json::to_value(p("5%")).unwrap(),
+            serde_json::json!("5%")
+        );
+    }
+}
