@@ -476,6 +476,8 @@ fn fleet_child_holds_a_slot() {
             key_file: Some(parts[3].into()),
         }),
         auth: None,
+        max_unhealthy: Default::default(),
+        storm_exempt: Vec::new(),
     };
     runtime().block_on(async {
         let mut fleet = Fleet::start(s).expect("Fleet::start");
@@ -966,4 +968,74 @@ fn check_config_connect_reports_tls_and_reachability() {
     assert_eq!(code, Some(3), "{out}");
     assert!(out.contains("etcd unreachable"), "{out}");
     assert!(started.elapsed() < secs(10), "took {:?}", started.elapsed());
+}
+
+/// The sum of `grpc_server_msg_received_total` per gRPC method over every member, as etcd
+/// itself counts what its clients sent.
+fn received_by_method(etcd: &EtcdCluster) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    for i in 0..etcd.len() {
+        let text = etcd.metrics(i).expect("a member's /metrics");
+        for line in text.lines() {
+            let Some(rest) = line.strip_prefix("grpc_server_msg_received_total{") else {
+                continue;
+            };
+            let Some((labels, value)) = rest.split_once('}') else {
+                continue;
+            };
+            let method = labels
+                .split(',')
+                .find_map(|kv| kv.strip_prefix("grpc_method=\""))
+                .map(|m| m.trim_end_matches('"').to_string())
+                .unwrap_or_default();
+            *out.entry(method).or_insert(0.0) += value.trim().parse::<f64>().unwrap_or(0.0);
+        }
+    }
+    out
+}
+
+/// An idle member (no request) costs etcd its lease's keep-alives and nothing else: no watch,
+/// no read, no write, however long it stays idle, as etcd's own counters show.
+#[test]
+fn an_idle_member_makes_no_request_but_its_keep_alives() {
+    let Some(etcd) = require_etcd(3) else {
+        return;
+    };
+    let group = "idle";
+    let rt = runtime();
+    let (before, after) = rt.block_on(async {
+        let mut fleet = Fleet::start(settings(&etcd, group, "sleeper", "1")).expect("start");
+        members_in_etcd(&etcd, group, 1, secs(20)).await;
+        // the start-up's calls (connect, lease, member key, one read) are over
+        wait_state(&mut fleet, "idle", secs(10), |s| {
+            matches!(s, SlotState::Idle)
+        })
+        .await
+        .unwrap();
+        tokio::time::sleep(secs(2)).await;
+        let before = received_by_method(&etcd);
+        // lease_ttl 5 s: a keep-alive every ~1.7 s
+        tokio::time::sleep(secs(12)).await;
+        let after = received_by_method(&etcd);
+        fleet.shutdown().await;
+        (before, after)
+    });
+    let grew: BTreeMap<&String, f64> = after
+        .iter()
+        .map(|(m, v)| (m, v - before.get(m).copied().unwrap_or(0.0)))
+        .filter(|(_, d)| *d > 0.0)
+        .collect();
+    eprintln!("an idle member for 12 s, messages etcd received by method: {grew:?}");
+    let keep_alives = grew
+        .get(&"LeaseKeepAlive".to_string())
+        .copied()
+        .unwrap_or(0.0);
+    assert!(
+        keep_alives >= 4.0,
+        "too few keep-alives for a 5 s lease in 12 s: {grew:?}"
+    );
+    assert!(
+        grew.keys().all(|m| m.as_str() == "LeaseKeepAlive"),
+        "an idle member asked etcd for more than keep-alives: {grew:?}"
+    );
 }

@@ -44,6 +44,8 @@ pub(super) struct FleetFragment {
     pub(super) password_file: Field<String>,
     pub(super) node: Field<String>,
     pub(super) prefix: Field<String>,
+    pub(super) max_unhealthy: Field<String>,
+    pub(super) storm_exempt: Field<Vec<Spanned<String>>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -26,7 +26,10 @@ use tokio::time::Instant;
 
 use super::etcd::{Connection, KeepAlive, Me, TlsMaterial, classify};
 use super::group::{Held, HolderValue, Keys, MemberValue, Next, QueueValue, Snapshot, WatchPlan};
-use super::{Command, FleetError, FleetSettings, FleetView, Holder, Shared, SlotState, Urgency};
+use super::storm::Health;
+use super::{
+    Command, FleetError, FleetSettings, FleetView, GroupHealth, Holder, Shared, SlotState, Urgency,
+};
 use crate::action::ActionKind;
 
 /// The longest pause between reconnect attempts.
@@ -71,6 +74,21 @@ pub(crate) fn view_of(
         reachable,
         last_error,
         expired,
+        health: None,
+    }
+}
+
+/// The group's health from its member keys.
+pub(crate) fn health_of(s: &FleetSettings, members: &[(String, Vec<u8>)]) -> GroupHealth {
+    let h = Health::of(
+        members.iter().map(|(n, v)| (n.as_str(), v.as_slice())),
+        &s.storm_exempt,
+    );
+    GroupHealth {
+        storming: h.storming(s.max_unhealthy),
+        members: h.members,
+        unhealthy: h.unhealthy,
+        read_at: SystemTime::now(),
     }
 }
 
@@ -123,6 +141,9 @@ pub(crate) struct Actor {
     /// The findings this node acts on, and whether its member key says so yet.
     findings: Vec<String>,
     findings_written: bool,
+    /// The member keys must be read for the storm guard.
+    health_wanted: bool,
+    health: Option<GroupHealth>,
 }
 
 /// The next message of the watch, if there is one.
@@ -156,6 +177,8 @@ impl Actor {
             member_since: SystemTime::now(),
             findings: Vec::new(),
             findings_written: false,
+            health_wanted: false,
+            health: None,
         }
     }
 
@@ -385,6 +408,7 @@ impl Actor {
                     self.findings_written = false;
                 }
             }
+            Command::ReadHealth => self.health_wanted = true,
             Command::Shutdown(_) => {}
         }
     }
@@ -404,6 +428,11 @@ impl Actor {
                 .put(&self.keys.member(&self.s.node), self.member_value()?, lease)
                 .await?;
             self.findings_written = true;
+        }
+        if self.health_wanted {
+            let members = session.conn.members(&self.keys).await?;
+            self.health = Some(health_of(&self.s, &members));
+            self.health_wanted = false;
         }
         let want = match (&self.want, self.granted) {
             (Some(w), None) => w.clone(),
@@ -633,7 +662,7 @@ impl Actor {
     fn publish(&self) {
         let reachable = self.down.is_none();
         let last_error = self.down.as_ref().map(|(_, e)| e.to_string());
-        let view = match &self.snapshot {
+        let mut view = match &self.snapshot {
             Some(snap) => view_of(&self.s, snap, reachable, last_error, self.expired),
             None => FleetView {
                 group: self.s.group.clone(),
@@ -643,6 +672,7 @@ impl Actor {
                 ..FleetView::default()
             },
         };
+        view.health = self.health.clone();
         let state = self.state();
         self.tx.send_if_modified(|shared| {
             if shared.state == state && shared.view == view {
