@@ -135,6 +135,8 @@ pub(crate) struct Actor {
     snapshot: Option<Snapshot>,
     /// The group must be read before the next decision.
     stale: bool,
+    /// Slots the watch saw freed since the latest read.
+    freed: Vec<usize>,
     down: Option<(SystemTime, FleetError)>,
     expired: u64,
     member_since: SystemTime,
@@ -172,6 +174,7 @@ impl Actor {
             last_ack: Instant::now(),
             snapshot: None,
             stale: true,
+            freed: Vec::new(),
             down: None,
             expired: 0,
             member_since: SystemTime::now(),
@@ -274,9 +277,12 @@ impl Actor {
                         dirty = true;
                     }
                     Ok(Some(resp)) => {
-                        if !resp.events().is_empty() {
+                        for ev in resp.events() {
                             self.stale = true;
                             dirty = true;
+                            if let Some(i) = ev.kv().and_then(|kv| self.keys.index_of(kv.key())) {
+                                self.freed.push(i);
+                            }
                         }
                     }
                     Ok(None) => return Err(FleetError::Unreachable("the watch ended".to_owned())),
@@ -484,9 +490,16 @@ impl Actor {
                     session.conn.put(&key, queue_value.clone(), lease).await?;
                     self.queued = Some((me, want.action));
                 }
-                match self.snapshot.clone().filter(|_| !self.stale) {
-                    Some(s) => s,
-                    None => {
+                let freed = std::mem::take(&mut self.freed);
+                match self.snapshot.clone() {
+                    Some(s) if !self.stale => s,
+                    // next in line and a slot freed: try it at once (no read first); a grant
+                    // that fails brings the fresh read with it
+                    Some(mut s) if s.ahead == 0 && !freed.is_empty() => {
+                        s.holders.retain(|h| !freed.contains(&h.index));
+                        s
+                    }
+                    _ => {
                         session
                             .conn
                             .snapshot(&self.keys, &self.s.node, Some(&me), depth)
@@ -496,6 +509,7 @@ impl Actor {
             }
         };
         self.stale = false;
+        self.freed.clear();
         for _ in 0..GRANT_ATTEMPTS {
             let Some((me, _)) = self.queued else {
                 break;

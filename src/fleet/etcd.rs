@@ -434,12 +434,15 @@ impl Connection {
             )
         };
         let nearest = |prefix: String, below: Option<i64>| {
+            // joining in this very transaction (`create_revision` 0): this node's own key is
+            // the newest, one more to read
+            let limit = depth + if below.is_none() { 2 } else { 1 };
             let mut o = GetOptions::new()
                 .with_prefix()
                 .with_keys_only()
                 .with_sort(SortTarget::Create, SortOrder::Descend)
-                .with_limit(i64::try_from(depth + 1).unwrap_or(i64::MAX));
-            if let Some(rev) = below {
+                .with_limit(i64::try_from(limit).unwrap_or(i64::MAX));
+            if let Some(rev) = below.filter(|r| *r > 0) {
                 o = o.with_max_create_revision(rev - 1);
             }
             TxnOp::get(prefix, Some(o))
@@ -450,9 +453,12 @@ impl Connection {
             count(keys.queues()),
         ];
         if let Some(me) = me {
-            ops.push(nearest(keys.queue(me.urgency), Some(me.create_revision)));
+            ops.push(nearest(
+                keys.queue(me.urgency),
+                (me.create_revision > 0).then_some(me.create_revision),
+            ));
             ops.push(count(keys.queue(Urgency::Emergency)));
-            ops.push(nearest(keys.queue(Urgency::Emergency), None));
+            ops.push(nearest(keys.queue(Urgency::Emergency), Some(0)));
             ops.push(TxnOp::get(
                 keys.queued(me.urgency, node),
                 Some(GetOptions::new().with_keys_only()),
@@ -465,6 +471,7 @@ impl Connection {
     fn snapshot_of(
         keys: &Keys,
         me: Option<&Me>,
+        node: &str,
         revision: i64,
         answers: &[TxnOpResponse],
     ) -> Result<Snapshot, FleetError> {
@@ -498,7 +505,14 @@ impl Connection {
             ..Snapshot::default()
         };
         if let Some(me) = me {
-            s.nearest_ahead = get(3)?.kvs().iter().map(|kv| kv.key().to_vec()).collect();
+            let own = keys.queued(me.urgency, node);
+            s.nearest_ahead = get(3)?
+                .kvs()
+                .iter()
+                .map(|kv| kv.key())
+                .filter(|k| *k != own.as_bytes())
+                .map(<[u8]>::to_vec)
+                .collect();
             s.ahead = s.nearest_ahead.len();
             if me.urgency == Urgency::Planned {
                 s.ahead += n(4)?;
@@ -525,7 +539,7 @@ impl Connection {
         let txn = Txn::new().and_then(Self::snapshot_ops(keys, me, node, depth));
         let resp = bounded(t, "read the group", self.client.txn(txn)).await?;
         let revision = resp.header().map_or(0, |h| h.revision());
-        Self::snapshot_of(keys, me, revision, &resp.op_responses())
+        Self::snapshot_of(keys, me, node, revision, &resp.op_responses())
     }
 
     /// Join the queue in one transaction: write this node's queue key unless it is there
@@ -542,23 +556,42 @@ impl Connection {
     ) -> Result<(Me, Snapshot), FleetError> {
         let t = self.timeout;
         let key = keys.queued(urgency, node);
+        // the read rides along: this node's key is the newest of its queue (create revision
+        // not known before the answer)
+        let joining = Me {
+            urgency,
+            create_revision: 0,
+        };
+        let mut ops = vec![TxnOp::put(
+            key.as_str(),
+            value,
+            Some(PutOptions::new().with_lease(lease)),
+        )];
+        ops.extend(Self::snapshot_ops(keys, Some(&joining), node, depth));
         let txn = Txn::new()
             .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(
-                key.as_str(),
-                value,
-                Some(PutOptions::new().with_lease(lease)),
-            )])
+            .and_then(ops)
             .or_else([TxnOp::get(key.as_str(), None)]);
         let resp = bounded(t, "join the queue", self.client.txn(txn)).await?;
         let revision = resp.header().map_or(0, |h| h.revision());
-        let create_revision = if resp.succeeded() {
-            revision
-        } else {
-            match resp.op_responses().first() {
-                Some(TxnOpResponse::Get(g)) => g.kvs().first().map_or(0, |kv| kv.create_revision()),
-                _ => 0,
-            }
+        let answers = resp.op_responses();
+        if resp.succeeded() {
+            let me = Me {
+                urgency,
+                create_revision: revision,
+            };
+            let snapshot = Self::snapshot_of(
+                keys,
+                Some(&joining),
+                node,
+                revision,
+                answers.get(1..).unwrap_or(&[]),
+            )?;
+            return Ok((me, snapshot));
+        }
+        let create_revision = match answers.first() {
+            Some(TxnOpResponse::Get(g)) => g.kvs().first().map_or(0, |kv| kv.create_revision()),
+            _ => 0,
         };
         if create_revision == 0 {
             return Err(FleetError::Protocol(format!(
@@ -625,7 +658,7 @@ impl Connection {
         if resp.succeeded() {
             return Ok(Ok(revision));
         }
-        Self::snapshot_of(keys, Some(me), revision, &resp.op_responses()).map(Err)
+        Self::snapshot_of(keys, Some(me), node, revision, &resp.op_responses()).map(Err)
     }
 
     /// Delete `key` if it is still the one created at `create_revision` (a release, a
