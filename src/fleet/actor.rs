@@ -7,8 +7,9 @@
 //! - asking: one transaction joins the queue, one read shows the group (counts, the holders,
 //!   the few queue keys just ahead), then a grant transaction or a narrow watch (the first
 //!   `max` waiters: the holder keys' deletes and their predecessor; the rest: the waiter `max`
-//!   places ahead); each event the watch sends costs one read; a waiter also reads again every
-//!   [`WAIT_RECHECK`] (a share budget grows with members that join, which no watch reports);
+//!   places ahead); each event the watch sends costs one read (the next in line tries a freed
+//!   slot at once); a waiter among the first `max` also reads again every [`WAIT_RECHECK`] (a
+//!   share budget grows with members that join, which no watch reports);
 //! - holding: nothing until the release (one guarded delete).
 //!
 //! One connection at a time. Any failure drops it and the task reconnects with a backoff of
@@ -36,6 +37,9 @@ use crate::action::ActionKind;
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
 /// How often a waiting node reads the group without an event.
 pub const WAIT_RECHECK: Duration = Duration::from_secs(5);
+/// The storm guard reads every member key again at least this often while a repair waits on
+/// it; between, a small read says whether any changed.
+const HEALTH_FULL_READ: Duration = Duration::from_secs(60);
 /// Grant attempts in one step before waiting for an event (each failed one brings a fresh
 /// read with it).
 const GRANT_ATTEMPTS: usize = 8;
@@ -146,6 +150,8 @@ pub(crate) struct Actor {
     /// The member keys must be read for the storm guard.
     health_wanted: bool,
     health: Option<GroupHealth>,
+    /// The revision of the latest full read of the member keys, and when it was.
+    health_read: Option<(i64, Instant)>,
 }
 
 /// The next message of the watch, if there is one.
@@ -182,6 +188,7 @@ impl Actor {
             findings_written: false,
             health_wanted: false,
             health: None,
+            health_read: None,
         }
     }
 
@@ -251,7 +258,12 @@ impl Actor {
                 self.publish();
                 dirty = false;
             }
-            let waiting = self.want.is_some() && self.granted.is_none();
+            // a waiter within reach of a slot reads again now and then (a share budget grows
+            // with members that join, which no watch reports); one further back is woken by
+            // the key it watches
+            let waiting = self.want.is_some()
+                && self.granted.is_none()
+                && self.queue.is_none_or(|(position, _, max)| position < max);
             tokio::select! {
                 cmd = rx.recv() => match cmd {
                     None => {
@@ -436,8 +448,24 @@ impl Actor {
             self.findings_written = true;
         }
         if self.health_wanted {
-            let members = session.conn.members(&self.keys).await?;
-            self.health = Some(health_of(&self.s, &members));
+            let unchanged = match (&self.health, self.health_read) {
+                (Some(h), Some((revision, at))) if at.elapsed() < HEALTH_FULL_READ => {
+                    !session
+                        .conn
+                        .members_changed(&self.keys, revision, h.members)
+                        .await?
+                }
+                _ => false,
+            };
+            if unchanged {
+                if let Some(h) = self.health.as_mut() {
+                    h.read_at = SystemTime::now();
+                }
+            } else {
+                let (revision, members) = session.conn.members(&self.keys).await?;
+                self.health = Some(health_of(&self.s, &members));
+                self.health_read = Some((revision, Instant::now()));
+            }
             self.health_wanted = false;
         }
         let want = match (&self.want, self.granted) {

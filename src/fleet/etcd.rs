@@ -675,9 +675,51 @@ impl Connection {
         bounded(t, "delete", self.client.txn(txn)).await.map(|_| ())
     }
 
-    /// Every member key's node and value (the storm guard's count; read only while a
-    /// disruptive repair asks).
-    pub async fn members(&mut self, keys: &Keys) -> Result<Vec<(String, Vec<u8>)>, FleetError> {
+    /// Whether any member key changed since `revision` or the number of members is no longer
+    /// `count`: one small read (at most one key, and a count), so a repair that waits on the
+    /// storm guard does not read every member key again while nothing changed.
+    pub async fn members_changed(
+        &mut self,
+        keys: &Keys,
+        revision: i64,
+        count: usize,
+    ) -> Result<bool, FleetError> {
+        let t = self.timeout;
+        let prefix = keys.members();
+        let txn = Txn::new().and_then([
+            TxnOp::get(
+                prefix.as_str(),
+                Some(
+                    GetOptions::new()
+                        .with_prefix()
+                        .with_keys_only()
+                        .with_min_mod_revision(revision + 1)
+                        .with_limit(1),
+                ),
+            ),
+            TxnOp::get(
+                prefix.as_str(),
+                Some(GetOptions::new().with_prefix().with_count_only()),
+            ),
+        ]);
+        let resp = bounded(t, "look at the members", self.client.txn(txn)).await?;
+        let answers = resp.op_responses();
+        match (answers.first(), answers.get(1)) {
+            (Some(TxnOpResponse::Get(changed)), Some(TxnOpResponse::Get(n))) => {
+                Ok(!changed.kvs().is_empty() || usize::try_from(n.count()).ok() != Some(count))
+            }
+            _ => Err(FleetError::Protocol(
+                "the members' read has no answer".to_owned(),
+            )),
+        }
+    }
+
+    /// Every member key's node and value, and the revision of the read (the storm guard's
+    /// count; read only while a disruptive repair asks).
+    pub async fn members(
+        &mut self,
+        keys: &Keys,
+    ) -> Result<(i64, Vec<(String, Vec<u8>)>), FleetError> {
         let t = self.timeout;
         let prefix = keys.members();
         let resp = bounded(
@@ -687,14 +729,16 @@ impl Connection {
                 .get(prefix.as_str(), Some(GetOptions::new().with_prefix())),
         )
         .await?;
-        Ok(resp
+        let revision = resp.header().map_or(0, |h| h.revision());
+        let members = resp
             .kvs()
             .iter()
             .filter_map(|kv| {
                 let node = keys.node_of(&prefix, kv.key())?;
                 Some((node.to_owned(), kv.value().to_vec()))
             })
-            .collect())
+            .collect();
+        Ok((revision, members))
     }
 
     /// Watch what `plan` names from `from_revision`: deletes only (a release, a waiter ahead

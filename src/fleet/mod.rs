@@ -297,7 +297,7 @@ impl Fleet {
             .await?;
         let mut view = actor::view_of(settings, &snap, true, None, 0);
         if settings.max_unhealthy != storm::MaxUnhealthy::Off {
-            let members = conn.members(&keys).await?;
+            let (_, members) = conn.members(&keys).await?;
             view.health = Some(actor::health_of(settings, &members));
         }
         Ok(view)
