@@ -1,33 +1,45 @@
-//! Fleet budget benchmark (issue 21): what a slot costs against a real 3-member TLS etcd
+//! Fleet budget benchmark (issues 21, 28): what a slot costs against a real 3-member TLS etcd
 //! cluster on loopback (`tests/support/etcd.rs`). Not part of the pass/fail suite.
 //!
 //! ```text
 //! cargo bench --bench fleet
-//! PLEG_BENCH_REPEAT=1 PLEG_BENCH_IDLE_SECS=30 cargo bench --bench fleet
+//! PLEG_BENCH_LOADS=50/5/0 PLEG_BENCH_ROUNDS=2 cargo bench --bench fleet
 //! ```
 //!
-//! Sections:
-//! - grant latency: `PLEG_BENCH_CLIENTS` [50] `Fleet` clients in one group with
-//!   max_disruptive `PLEG_BENCH_MAX` ["5"], each requesting, releasing at once when granted
-//!   (hold 0) and requesting again, `PLEG_BENCH_ROUNDS` [4] times; the latency is request →
-//!   `Granted` (queueing behind the 45 others included), p50/p99 per run, and the grants per
-//!   second; plus one client alone (no contention) for the floor;
-//! - idle cost: one idle `Fleet` (lease_ttl `PLEG_BENCH_IDLE_TTL` [60] s) for
-//!   `PLEG_BENCH_IDLE_SECS` [60] s; the etcd requests it made, counted by etcd itself (every
-//!   member's `/metrics`: `grpc_server_msg_received_total`, which counts unary calls and each
-//!   message on a stream such as a lease keep-alive; and the writes, `etcd_mvcc_put_total` +
-//!   `etcd_mvcc_txn_total` + `etcd_mvcc_delete_total`, of the member that applied them — all
-//!   members apply every write, so one member's count is the cluster's), scaled to an hour.
+//! Loads (`PLEG_BENCH_LOADS`, `members/max/hold_ms[/askers]`, comma-separated; default
+//! `50/5/0,50/5/50,1000/5/0/200`): `members` [`Fleet`] clients of the project's fleet module
+//! in one group, all in this one process on one current-thread tokio runtime (a member is a task and a
+//! connection, never a thread); `askers` of them (default: all) ask for a slot at once, hold it
+//! `hold_ms`, release it and ask again, `PLEG_BENCH_ROUNDS` [4] times (1 round with 1,000
+//! members). One line per load:
 //!
-//! Each section runs `PLEG_BENCH_REPEAT` [3] times (a fresh group each time on one cluster);
-//! min / median / max are printed in a table and written to `PLEG_BENCH_OUT`
-//! [bench-results/fleet.json].
+//! ```text
+//! fleet-bench members=N max=K hold_ms=H grants_per_s=… handoff_p50_ms=… handoff_p99_ms=…
+//!   writes_per_grant=… failed_txn_per_grant=… watch_msgs_per_grant=… idle_requests_per_node_h=…
+//! ```
+//!
+//! - handoff: a slot's release committed → the next grant committed, both seen by one observer
+//!   watching `holders/` (its own watch latency cancels out): each grant made while releases
+//!   wait for a taker is paired with the oldest such release;
+//! - every count is etcd's own, from the members' `/metrics`: writes are raft proposals
+//!   committed (`etcd_server_proposals_committed_total`, member 0); failed transactions are the
+//!   proposals that did not make a revision (a failed compare); watch messages are
+//!   `grpc_server_msg_sent_total{grpc_method="Watch"}` over every member, less the observer's;
+//! - idle: before the load, every member idle for `PLEG_BENCH_IDLE_SECS` [20] s, every message
+//!   etcd received (`grpc_server_msg_received_total`), per member per hour (lease_ttl
+//!   `PLEG_BENCH_TTL` [30] s: keep-alives every 10 s).
+//!
+//! A second line per load, `fleet-bench-check`, says what etcd's history shows: the most
+//! holders at any revision, and how far any grant overtook earlier waiters (0 = strict FIFO;
+//! below `max` = within one batch of free slots, which the n-th waiter taking the n-th free
+//! slot allows). Results also go to `PLEG_BENCH_OUT` [bench-results/fleet.json].
 
 #[path = "../tests/support/etcd.rs"]
 mod etcd;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use etcd::EtcdCluster;
@@ -48,15 +60,8 @@ fn settings(etcd: &EtcdCluster, group: &str, node: &str, max: &str, ttl: u64) ->
         node,
         max,
         Duration::from_secs(ttl),
-        Duration::from_secs(5),
+        Duration::from_secs(10),
     )
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap_or_else(|e| panic!("tokio runtime: {e}"))
 }
 
 /// The `q` quantile (0..=1) of sorted `v`, nearest rank.
@@ -68,194 +73,352 @@ fn quantile(v: &[f64], q: f64) -> f64 {
     v[rank - 1]
 }
 
-/// min / median / max of `v`.
-fn spread(v: &[f64]) -> (f64, f64, f64) {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    if s.is_empty() {
-        return (f64::NAN, f64::NAN, f64::NAN);
-    }
-    (s[0], s[s.len() / 2], s[s.len() - 1])
+/// Sums every sample of `metric` in Prometheus text whose labels contain `with`.
+fn sum(text: &str, metric: &str, with: &str) -> f64 {
+    text.lines()
+        .filter_map(|line| {
+            let rest = line.strip_prefix(metric)?;
+            let (labels, value) = match rest.strip_prefix('{') {
+                Some(r) => r.split_once('}')?,
+                None if rest.starts_with(' ') => ("", rest),
+                None => return None,
+            };
+            labels.contains(with).then_some(())?;
+            value.trim().parse::<f64>().ok()
+        })
+        .sum()
 }
 
-async fn until_idle(fleet: &mut Fleet, within: Duration) {
-    let deadline = tokio::time::Instant::now() + within;
-    while !matches!(fleet.state(), SlotState::Idle) {
-        if tokio::time::timeout_at(deadline, fleet.changed())
-            .await
-            .is_err()
-        {
-            panic!(
-                "not idle after release within {within:?}: {:?}",
-                fleet.state()
-            );
-        }
-    }
+/// etcd's own counters at one moment.
+#[derive(Debug, Clone, Copy, Default)]
+struct Counters {
+    received: f64,
+    watch_sent: f64,
+    proposals: f64,
+    revision: f64,
 }
 
-async fn until_members(fleets: &mut [Fleet], n: usize) {
-    for f in fleets.iter_mut() {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-        while f.view().members_alive != Some(n) {
-            if tokio::time::timeout_at(deadline, f.changed())
-                .await
-                .is_err()
-            {
-                panic!("members alive never {n}: {:?}", f.view());
-            }
-        }
-    }
-}
-
-/// One contended run: returns (sorted latencies in ms, grants per second).
-fn contended_run(
-    etcd: &EtcdCluster,
-    group: &str,
-    clients: usize,
-    max: &str,
-    rounds: usize,
-) -> (Vec<f64>, f64) {
-    let rt = runtime();
-    let local = tokio::task::LocalSet::new();
-    local.block_on(&rt, async {
-        let mut fleets: Vec<Fleet> = (0..clients)
-            .map(|i| {
-                Fleet::start(settings(etcd, group, &format!("bench-{i:03}"), max, 10))
-                    .unwrap_or_else(|e| panic!("Fleet::start: {e}"))
-            })
-            .collect();
-        until_members(&mut fleets, clients).await;
-        let started = Instant::now();
-        let mut tasks = Vec::new();
-        for mut fleet in fleets {
-            tasks.push(tokio::task::spawn_local(async move {
-                let mut lat = Vec::new();
-                for _ in 0..rounds {
-                    let asked = Instant::now();
-                    fleet.request(ActionKind::RestartKubelet, Urgency::Planned);
-                    if !fleet.wait_granted(Duration::from_secs(300)).await {
-                        panic!("not granted in 300 s: {:?}", fleet.state());
-                    }
-                    lat.push(asked.elapsed().as_secs_f64() * 1000.0);
-                    fleet.release();
-                    until_idle(&mut fleet, Duration::from_secs(30)).await;
-                }
-                fleet.shutdown().await;
-                lat
-            }));
-        }
-        let mut all = Vec::new();
-        for t in tasks {
-            all.extend(t.await.unwrap_or_else(|e| panic!("client task: {e}")));
-        }
-        let rate = all.len() as f64 / started.elapsed().as_secs_f64();
-        all.sort_by(f64::total_cmp);
-        (all, rate)
-    })
-}
-
-/// Sums every sample of `metric` in Prometheus text, per label set (labels kept as text).
-fn samples(text: &str, metric: &str) -> BTreeMap<String, f64> {
-    let mut out = BTreeMap::new();
-    for line in text.lines() {
-        let Some(rest) = line.strip_prefix(metric) else {
-            continue;
-        };
-        let (labels, value) = match rest.strip_prefix('{') {
-            Some(r) => match r.split_once('}') {
-                Some((l, v)) => (l.to_string(), v),
-                None => continue,
-            },
-            None if rest.starts_with(' ') => (String::new(), rest),
-            None => continue,
-        };
-        if let Ok(v) = value.trim().parse::<f64>() {
-            *out.entry(labels).or_insert(0.0) += v;
-        }
-    }
-    out
-}
-
-/// Every member's metrics text.
-fn scrape(etcd: &EtcdCluster) -> Vec<String> {
-    (0..etcd.len())
+fn counters(etcd: &EtcdCluster) -> Counters {
+    let texts: Vec<String> = (0..etcd.len())
         .map(|i| {
             etcd.metrics(i)
                 .unwrap_or_else(|e| panic!("metrics of m{i}: {e}"))
         })
+        .collect();
+    Counters {
+        received: texts
+            .iter()
+            .map(|t| sum(t, "grpc_server_msg_received_total", ""))
+            .sum(),
+        watch_sent: texts
+            .iter()
+            .map(|t| sum(t, "grpc_server_msg_sent_total", "grpc_method=\"Watch\""))
+            .sum(),
+        proposals: sum(&texts[0], "etcd_server_proposals_committed_total", ""),
+        revision: etcd.revision().unwrap_or_else(|e| panic!("revision: {e}")) as f64,
+    }
+}
+
+/// Watches `holders/` with its own client: when each grant (put) and release (delete) became
+/// visible, and how many watch messages it got.
+struct Observer {
+    events: Arc<Mutex<Vec<(Instant, bool)>>>,
+    messages: Arc<Mutex<u64>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Observer {
+    async fn start(etcd: &EtcdCluster, prefix: String) -> Observer {
+        let read = |p: PathBuf| std::fs::read(&p).unwrap_or_else(|e| panic!("{p:?}: {e}"));
+        let tls = etcd_client::TlsOptions::new()
+            .ca_certificate(etcd_client::Certificate::from_pem(read(etcd.ca())))
+            .identity(etcd_client::Identity::from_pem(
+                read(etcd.client_cert()),
+                read(etcd.client_key()),
+            ));
+        let opts = etcd_client::ConnectOptions::new().with_tls(tls);
+        let mut client = etcd_client::Client::connect(etcd.endpoints(), Some(opts))
+            .await
+            .unwrap_or_else(|e| panic!("observer connect: {e}"));
+        let mut stream = client
+            .watch(prefix, Some(etcd_client::WatchOptions::new().with_prefix()))
+            .await
+            .unwrap_or_else(|e| panic!("observer watch: {e}"));
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let messages = Arc::new(Mutex::new(0u64));
+        let (e2, m2) = (events.clone(), messages.clone());
+        let task = tokio::spawn(async move {
+            let _client = client;
+            while let Ok(Some(resp)) = stream.message().await {
+                let now = Instant::now();
+                *m2.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+                let mut ev = e2.lock().unwrap_or_else(|p| p.into_inner());
+                for e in resp.events() {
+                    ev.push((now, e.event_type() == etcd_client::EventType::Put));
+                }
+            }
+        });
+        Observer {
+            events,
+            messages,
+            task,
+        }
+    }
+
+    fn messages(&self) -> u64 {
+        *self.messages.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Handoff times (ms): each grant made while a release waited for a taker, from the
+    /// oldest such release.
+    fn handoffs(&self) -> Vec<f64> {
+        let ev = self.events.lock().unwrap_or_else(|p| p.into_inner());
+        let mut pending: VecDeque<Instant> = VecDeque::new();
+        let mut out = Vec::new();
+        for (at, put) in ev.iter() {
+            if *put {
+                if let Some(r) = pending.pop_front() {
+                    out.push(at.duration_since(r).as_secs_f64() * 1000.0);
+                }
+            } else {
+                pending.push_back(*at);
+            }
+        }
+        out.sort_by(f64::total_cmp);
+        out
+    }
+}
+
+struct Load {
+    members: usize,
+    max: usize,
+    hold_ms: u64,
+    askers: usize,
+}
+
+fn loads() -> Vec<Load> {
+    let spec = std::env::var("PLEG_BENCH_LOADS")
+        .unwrap_or_else(|_| "50/5/0,50/5/50,1000/5/0/200".to_string());
+    spec.split(',')
+        .filter_map(|l| {
+            let n: Vec<usize> = l.trim().split('/').filter_map(|x| x.parse().ok()).collect();
+            match n.as_slice() {
+                [m, k, h] => Some(Load {
+                    members: *m,
+                    max: *k,
+                    hold_ms: *h as u64,
+                    askers: *m,
+                }),
+                [m, k, h, a] => Some(Load {
+                    members: *m,
+                    max: *k,
+                    hold_ms: *h as u64,
+                    askers: (*a).min(*m),
+                }),
+                _ => None,
+            }
+        })
         .collect()
 }
 
-/// The label `name`'s value in a label set `a="x",b="y"`.
-fn label<'a>(labels: &'a str, name: &str) -> &'a str {
-    labels
-        .split(',')
-        .find_map(|kv| {
-            kv.strip_prefix(name)?
-                .strip_prefix("=\"")?
-                .strip_suffix('"')
-        })
-        .unwrap_or("")
-}
-
-struct Idle {
-    requests_per_hour: f64,
-    writes_per_hour: f64,
-    by_method: BTreeMap<String, f64>,
-}
-
-/// One idle client for `secs`: etcd's own counts of what it asked, per hour.
-fn idle_run(etcd: &EtcdCluster, group: &str, secs: u64, ttl: u64) -> Idle {
-    let rt = runtime();
-    rt.block_on(async {
-        let mut fleet = Fleet::start(settings(etcd, group, "idle-node", "1", ttl))
-            .unwrap_or_else(|e| panic!("Fleet::start: {e}"));
-        until_members(std::slice::from_mut(&mut fleet), 1).await;
-        // let the start-up (connect, lease grant, member put, watch) settle
-        tokio::time::sleep(Duration::from_secs(3)).await;
-        let before = scrape(etcd);
-        let t0 = Instant::now();
-        tokio::time::sleep(Duration::from_secs(secs)).await;
-        let after = scrape(etcd);
-        let window = t0.elapsed().as_secs_f64();
-        fleet.shutdown().await;
-        let scale = 3600.0 / window;
-        let mut by_method = BTreeMap::new();
-        let mut requests = 0.0;
-        for (b, a) in before.iter().zip(&after) {
-            let (sb, sa) = (
-                samples(b, "grpc_server_msg_received_total"),
-                samples(a, "grpc_server_msg_received_total"),
-            );
-            for (labels, va) in &sa {
-                let d = va - sb.get(labels).copied().unwrap_or(0.0);
-                if d > 0.0 {
-                    let m = format!(
-                        "{}/{}",
-                        label(labels, "grpc_service"),
-                        label(labels, "grpc_method")
-                    );
-                    *by_method.entry(m).or_insert(0.0) += d * scale;
-                    requests += d;
-                }
+/// What etcd's history of the group shows: the most holders at any revision, and the most
+/// earlier waiters (same urgency) any grant overtook.
+fn check_history(etcd: &EtcdCluster, group: &str) -> (usize, usize, usize) {
+    let holders = etcd
+        .history(&format!("/pleg-guard/{group}/holders/"))
+        .unwrap_or_else(|e| panic!("history: {e}"));
+    let mut slots: BTreeMap<String, String> = BTreeMap::new();
+    let mut most = 0;
+    let mut grants: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < holders.len() {
+        let rev = holders[i].revision;
+        while i < holders.len() && holders[i].revision == rev {
+            let e = &holders[i];
+            if e.delete {
+                slots.remove(&e.key);
+            } else {
+                let node = serde_json::from_str::<serde_json::Value>(&e.value)
+                    .ok()
+                    .and_then(|v| v["node"].as_str().map(str::to_string))
+                    .unwrap_or_default();
+                grants.push(node.clone());
+                slots.insert(e.key.clone(), node);
             }
+            i += 1;
         }
-        let writes = |text: &str| {
-            [
-                "etcd_mvcc_put_total",
-                "etcd_mvcc_txn_total",
-                "etcd_mvcc_delete_total",
-            ]
+        most = most.max(slots.len());
+    }
+    // the joins, in queue order: every put that created a queue key
+    let queue = etcd
+        .history(&format!("/pleg-guard/{group}/queue/"))
+        .unwrap_or_else(|e| panic!("history: {e}"));
+    let mut created: BTreeMap<String, bool> = BTreeMap::new();
+    let mut joins: Vec<String> = Vec::new();
+    for e in &queue {
+        if e.delete {
+            created.remove(&e.key);
+        } else if created.insert(e.key.clone(), true).is_none() {
+            joins.push(e.key.rsplit('/').next().unwrap_or("").to_string());
+        }
+    }
+    // pair the k-th join of a node with its k-th grant; overtaken = earlier joins granted later
+    let mut join_seq: BTreeMap<String, VecDeque<usize>> = BTreeMap::new();
+    for (j, n) in joins.iter().enumerate() {
+        join_seq.entry(n.clone()).or_default().push_back(j);
+    }
+    let mut grant_of_join: Vec<Option<usize>> = vec![None; joins.len()];
+    for (g, n) in grants.iter().enumerate() {
+        if let Some(j) = join_seq.get_mut(n).and_then(VecDeque::pop_front) {
+            grant_of_join[j] = Some(g);
+        }
+    }
+    let mut worst = 0;
+    for (j, g) in grant_of_join.iter().enumerate() {
+        let Some(g) = g else { continue };
+        let overtook = grant_of_join[..j]
             .iter()
-            .map(|m| samples(text, m).values().sum::<f64>())
-            .sum::<f64>()
-        };
-        Idle {
-            requests_per_hour: requests * scale,
-            writes_per_hour: (writes(&after[0]) - writes(&before[0])) * scale,
-            by_method,
+            .filter(|earlier| earlier.is_some_and(|eg| eg > *g))
+            .count();
+        worst = worst.max(overtook);
+    }
+    (most, worst, grants.len())
+}
+
+fn run_load(
+    etcd: &EtcdCluster,
+    load: &Load,
+    n: usize,
+    rounds: usize,
+    idle_secs: u64,
+    ttl: u64,
+) -> serde_json::Value {
+    let group = format!("load-{n}");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap_or_else(|e| panic!("tokio runtime: {e}"));
+    let max = load.max.to_string();
+    rt.block_on(async {
+        let mut fleets: Vec<Fleet> = Vec::new();
+        // start in batches, so 1,000 TLS handshakes do not all land in one second
+        for chunk in (0..load.members).collect::<Vec<_>>().chunks(50) {
+            for i in chunk {
+                fleets.push(
+                    Fleet::start(settings(etcd, &group, &format!("m{i:04}"), &max, ttl))
+                        .unwrap_or_else(|e| panic!("Fleet::start: {e}")),
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
         }
+        let prefix = format!("/pleg-guard/{group}/members/");
+        let deadline = Instant::now() + Duration::from_secs(300);
+        loop {
+            let have = etcd.get_prefix(&prefix).map(|k| k.len()).unwrap_or(0);
+            if have == load.members {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{have} of {} members registered", load.members);
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+
+        // idle: every member idle
+        let before = counters(etcd);
+        let t0 = Instant::now();
+        tokio::time::sleep(Duration::from_secs(idle_secs)).await;
+        let after = counters(etcd);
+        let idle_per_node_h = (after.received - before.received) / load.members as f64 * 3600.0
+            / t0.elapsed().as_secs_f64();
+
+        let observer = Observer::start(etcd, format!("/pleg-guard/{group}/holders/")).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let before = counters(etcd);
+        let observed_before = observer.messages();
+        let started = Instant::now();
+        let askers: Vec<Fleet> = fleets.drain(..load.askers).collect();
+        let hold = Duration::from_millis(load.hold_ms);
+        let mut tasks = Vec::new();
+        for mut fleet in askers {
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..rounds {
+                    fleet.request(ActionKind::RestartKubelet, Urgency::Planned);
+                    if !fleet.wait_granted(Duration::from_secs(600)).await {
+                        panic!("not granted in 600 s: {:?}", fleet.state());
+                    }
+                    if !hold.is_zero() {
+                        tokio::time::sleep(hold).await;
+                    }
+                    fleet.release();
+                    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+                    while !matches!(fleet.state(), SlotState::Idle) {
+                        if tokio::time::timeout_at(deadline, fleet.changed()).await.is_err() {
+                            panic!("not idle after release: {:?}", fleet.state());
+                        }
+                    }
+                }
+                fleet
+            }));
+        }
+        for t in tasks {
+            fleets.push(t.await.unwrap_or_else(|e| panic!("client task: {e}")));
+        }
+        let elapsed = started.elapsed().as_secs_f64();
+        // the last release reached etcd: let the counters settle
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let after = counters(etcd);
+        let observed = (observer.messages() - observed_before) as f64;
+        let handoffs = observer.handoffs();
+        observer.task.abort();
+        for f in fleets {
+            f.shutdown().await;
+        }
+        let grants = (load.askers * rounds) as f64;
+        let proposals = after.proposals - before.proposals;
+        let revisions = after.revision - before.revision;
+        let (most, overtaken, granted) = check_history(etcd, &group);
+        let line = format!(
+            "fleet-bench members={} max={} hold_ms={} grants_per_s={:.1} handoff_p50_ms={:.1} handoff_p99_ms={:.1} writes_per_grant={:.2} failed_txn_per_grant={:.3} watch_msgs_per_grant={:.2} idle_requests_per_node_h={:.0}",
+            load.members,
+            load.max,
+            load.hold_ms,
+            grants / elapsed,
+            quantile(&handoffs, 0.5),
+            quantile(&handoffs, 0.99),
+            proposals / grants,
+            (proposals - revisions).max(0.0) / grants,
+            (after.watch_sent - before.watch_sent - observed).max(0.0) / grants,
+            idle_per_node_h,
+        );
+        println!("{line}");
+        println!(
+            "fleet-bench-check members={} max={} askers={} rounds={rounds} grants_in_history={granted} max_holders_in_history={most} fifo_most_overtaken={overtaken} lease_ttl_s={ttl}",
+            load.members, load.max, load.askers
+        );
+        assert!(most <= load.max, "{most} holders at once in etcd's history, max {}", load.max);
+        json!({
+            "members": load.members, "max": load.max, "hold_ms": load.hold_ms,
+            "askers": load.askers, "rounds": rounds, "line": line,
+            "grants_per_s": grants / elapsed,
+            "handoff_p50_ms": quantile(&handoffs, 0.5),
+            "handoff_p99_ms": quantile(&handoffs, 0.99),
+            "handoffs": handoffs.len(),
+            "writes_per_grant": proposals / grants,
+            "failed_txn_per_grant": (proposals - revisions).max(0.0) / grants,
+            "watch_msgs_per_grant": (after.watch_sent - before.watch_sent - observed).max(0.0) / grants,
+            "idle_requests_per_node_h": idle_per_node_h,
+            "max_holders_in_history": most,
+            "fifo_most_overtaken": overtaken,
+        })
     })
+}
+
+/// Room for a connection per member to each etcd member (and etcd's side of them).
+fn raise_fd_limit() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    if let Ok((_, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+        let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
+    }
 }
 
 fn main() {
@@ -263,12 +426,10 @@ fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
-    let repeat = env_num("PLEG_BENCH_REPEAT", 3).max(1) as usize;
-    let clients = env_num("PLEG_BENCH_CLIENTS", 50).max(1) as usize;
+    raise_fd_limit();
     let rounds = env_num("PLEG_BENCH_ROUNDS", 4).max(1) as usize;
-    let max = std::env::var("PLEG_BENCH_MAX").unwrap_or_else(|_| "5".to_string());
-    let idle_secs = env_num("PLEG_BENCH_IDLE_SECS", 60).max(5);
-    let idle_ttl = env_num("PLEG_BENCH_IDLE_TTL", 60).max(5);
+    let idle_secs = env_num("PLEG_BENCH_IDLE_SECS", 20).max(5);
+    let ttl = env_num("PLEG_BENCH_TTL", 30).max(5);
     let out = std::env::var("PLEG_BENCH_OUT")
         .map(PathBuf::from)
         .unwrap_or_else(|_| {
@@ -277,89 +438,17 @@ fn main() {
 
     let etcd = EtcdCluster::start(3).unwrap_or_else(|e| panic!("etcd cluster: {e}"));
     eprintln!("etcd: 3 members, TLS, {}", etcd.endpoints().join(" "));
-
-    let mut alone_p50 = Vec::new();
-    let mut alone_p99 = Vec::new();
-    let mut p50 = Vec::new();
-    let mut p99 = Vec::new();
-    let mut rate = Vec::new();
-    let mut idle = Vec::new();
-    for r in 0..repeat {
-        let (lat, _) = contended_run(&etcd, &format!("alone-{r}"), 1, &max, 20);
-        alone_p50.push(quantile(&lat, 0.5));
-        alone_p99.push(quantile(&lat, 0.99));
-        let (lat, g) = contended_run(&etcd, &format!("contended-{r}"), clients, &max, rounds);
-        eprintln!(
-            "run {r}: {} grants, p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms, {g:.1} grants/s",
-            lat.len(),
-            quantile(&lat, 0.5),
-            quantile(&lat, 0.99),
-            lat.last().copied().unwrap_or(f64::NAN)
-        );
-        p50.push(quantile(&lat, 0.5));
-        p99.push(quantile(&lat, 0.99));
-        rate.push(g);
+    let mut results = Vec::new();
+    for (n, load) in loads().iter().enumerate() {
+        let rounds = if load.members >= 500 { 1 } else { rounds };
+        results.push(run_load(&etcd, load, n, rounds, idle_secs, ttl));
     }
-    for r in 0..repeat {
-        let i = idle_run(&etcd, &format!("idle-{r}"), idle_secs, idle_ttl);
-        eprintln!(
-            "idle run {r}: {:.0} requests/h, {:.0} writes/h: {:?}",
-            i.requests_per_hour, i.writes_per_hour, i.by_method
-        );
-        idle.push(i);
-    }
-
-    let row = |name: &str, v: &[f64], unit: &str| {
-        let (a, b, c) = spread(v);
-        println!("| {name} | {a:.1} / {b:.1} / {c:.1} {unit} |");
-        json!({"name": name, "min": a, "median": b, "max": c, "unit": unit, "runs": v})
-    };
-    println!(
-        "\nfleet budget against 3 etcd members (TLS, loopback), min / median / max, n = {repeat}\n"
-    );
-    println!("| | value |");
-    println!("| --- | --- |");
-    let rows = vec![
-        row("grant latency p50, 1 client alone", &alone_p50, "ms"),
-        row("grant latency p99, 1 client alone", &alone_p99, "ms"),
-        row(
-            &format!("grant latency p50, {clients} clients, max {max}, hold 0"),
-            &p50,
-            "ms",
-        ),
-        row(
-            &format!("grant latency p99, {clients} clients, max {max}, hold 0"),
-            &p99,
-            "ms",
-        ),
-        row(
-            &format!("grants per second, {clients} clients, max {max}"),
-            &rate,
-            "/s",
-        ),
-        row(
-            &format!("etcd requests per idle node per hour (lease_ttl {idle_ttl} s)"),
-            &idle.iter().map(|i| i.requests_per_hour).collect::<Vec<_>>(),
-            "/h",
-        ),
-        row(
-            "etcd writes per idle node per hour",
-            &idle.iter().map(|i| i.writes_per_hour).collect::<Vec<_>>(),
-            "/h",
-        ),
-    ];
-    let methods: Vec<_> = idle.iter().map(|i| &i.by_method).collect();
-    let doc = json!({
-        "clients": clients, "rounds": rounds, "max_disruptive": max, "repeat": repeat,
-        "idle_secs": idle_secs, "idle_lease_ttl_secs": idle_ttl,
-        "rows": rows, "idle_requests_by_method_per_hour": methods,
-    });
     if let Some(dir) = out.parent() {
         let _ = std::fs::create_dir_all(dir);
     }
-    match serde_json::to_string_pretty(&doc) {
+    match serde_json::to_string_pretty(&json!({ "loads": results })) {
         Ok(text) => match std::fs::write(&out, text) {
-            Ok(()) => println!("\nwritten to {}", out.display()),
+            Ok(()) => eprintln!("written to {}", out.display()),
             Err(e) => eprintln!("cannot write {}: {e}", out.display()),
         },
         Err(e) => eprintln!("cannot render the results: {e}"),

@@ -246,6 +246,23 @@ async fn wait_state(
     }
 }
 
+/// Waits until etcd holds `n` member keys of `group`.
+async fn members_in_etcd(etcd: &EtcdCluster, group: &str, n: usize, within: Duration) {
+    let prefix = format!("{PREFIX}/{group}/members/");
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let have = etcd.get_prefix(&prefix).map(|kvs| kvs.len()).unwrap_or(0);
+        if have == n {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{have} member keys in etcd, not {n}, after {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// Watches `fleet` for `during` and fails if it is ever Granted.
 async fn never_granted(fleet: &mut Fleet, during: Duration) -> Result<(), String> {
     match wait_state(fleet, "", during, |s| {
@@ -258,21 +275,23 @@ async fn never_granted(fleet: &mut Fleet, during: Duration) -> Result<(), String
     }
 }
 
-/// The holders after each revision, replayed from etcd's history of `<prefix>/<group>/slots/`.
+/// The holders after each revision, replayed from etcd's history of
+/// `<prefix>/<group>/holders/` (one key per slot index, its value naming the node).
 struct Replay {
-    /// (revision, nodes holding after it), one entry per revision that touched slots/.
+    /// (revision, nodes holding after it), one entry per revision that touched holders/.
     holders: Vec<(i64, Vec<String>)>,
     /// For each node, the revisions at which it became a holder.
     grants: BTreeMap<String, Vec<i64>>,
-    /// For each node, the revisions at which its holding key went away (release or expiry).
+    /// For each node, the revisions at which its holder key went away (release or expiry).
     ends: BTreeMap<String, Vec<i64>>,
 }
 
 impl Replay {
     fn of(etcd: &EtcdCluster, group: &str) -> Replay {
-        let slots = format!("{PREFIX}/{group}/slots/");
-        let events = etcd.history(&slots).expect("etcd's revision history");
-        let mut holding: BTreeMap<String, bool> = BTreeMap::new();
+        let prefix = format!("{PREFIX}/{group}/holders/");
+        let events = etcd.history(&prefix).expect("etcd's revision history");
+        // slot index -> node
+        let mut slots: BTreeMap<String, String> = BTreeMap::new();
         let mut r = Replay {
             holders: Vec::new(),
             grants: BTreeMap::new(),
@@ -283,26 +302,22 @@ impl Replay {
             let rev = events[i].revision;
             while i < events.len() && events[i].revision == rev {
                 let e = &events[i];
-                let node = e.key.strip_prefix(&slots).unwrap_or(&e.key).to_string();
-                let was = holding.get(&node).copied().unwrap_or(false);
-                let now = !e.delete
-                    && serde_json::from_str::<serde_json::Value>(&e.value)
-                        .map(|v| v["state"] == "holding")
-                        .unwrap_or(false);
-                if now && !was {
+                if e.delete {
+                    if let Some(node) = slots.remove(&e.key) {
+                        r.ends.entry(node).or_default().push(rev);
+                    }
+                } else {
+                    let node = serde_json::from_str::<serde_json::Value>(&e.value)
+                        .ok()
+                        .and_then(|v| v["node"].as_str().map(str::to_string))
+                        .unwrap_or_else(|| format!("? {}", e.key));
                     r.grants.entry(node.clone()).or_default().push(rev);
+                    slots.insert(e.key.clone(), node);
                 }
-                if was && !now {
-                    r.ends.entry(node.clone()).or_default().push(rev);
-                }
-                holding.insert(node, now);
                 i += 1;
             }
-            let held: Vec<String> = holding
-                .iter()
-                .filter(|(_, h)| **h)
-                .map(|(n, _)| n.clone())
-                .collect();
+            let mut held: Vec<String> = slots.values().cloned().collect();
+            held.sort();
             r.holders.push((rev, held));
         }
         r
@@ -361,18 +376,8 @@ fn contention_never_more_than_two_holders_and_none_starves() {
             fleets.push(Fleet::start(s).expect("Fleet::start"));
         }
         // every member registered before the first request, so the first round is fair too
-        for f in fleets.iter_mut() {
-            let mut view_ok = false;
-            let deadline = tokio::time::Instant::now() + secs(30);
-            while tokio::time::Instant::now() < deadline {
-                if f.view().members_alive == Some(CLIENTS) {
-                    view_ok = true;
-                    break;
-                }
-                let _ = tokio::time::timeout(secs(1), f.changed()).await;
-            }
-            assert!(view_ok, "members alive never {CLIENTS}: {:?}", f.view());
-        }
+        // (an idle member reads nothing: etcd itself says who is registered)
+        members_in_etcd(&etcd, group, CLIENTS, secs(30)).await;
         let mut tasks = Vec::new();
         for (i, mut fleet) in fleets.into_iter().enumerate() {
             tasks.push(tokio::task::spawn_local(async move {
@@ -436,7 +441,7 @@ fn contention_never_more_than_two_holders_and_none_starves() {
     eprintln!(
         "contention: {CLIENTS} clients x {ROUNDS} rounds, 2 slots, {elapsed:?}; wait mean \
          {mean_wait:?} max {max_wait:?}; held (hold + release) mean {mean_held:?}; slot turn \
-         {turn:?}; fairness bound {bound:?}; {} revisions touched slots/",
+         {turn:?}; fairness bound {bound:?}; {} revisions touched holders/",
         replay.holders.len()
     );
     assert!(
@@ -471,6 +476,8 @@ fn fleet_child_holds_a_slot() {
             key_file: Some(parts[3].into()),
         }),
         auth: None,
+        max_unhealthy: Default::default(),
+        storm_exempt: Vec::new(),
     };
     runtime().block_on(async {
         let mut fleet = Fleet::start(s).expect("Fleet::start");
@@ -693,13 +700,7 @@ fn share_budget_follows_the_live_members() {
         let mut f: Vec<Fleet> = (0..4)
             .map(|i| Fleet::start(settings(&etcd, group, &format!("n{i}"), "50%")).expect("start"))
             .collect();
-        for fl in f.iter_mut() {
-            let deadline = tokio::time::Instant::now() + secs(30);
-            while fl.view().members_alive != Some(4) {
-                assert!(tokio::time::Instant::now() < deadline, "{:?}", fl.view());
-                let _ = tokio::time::timeout(secs(1), fl.changed()).await;
-            }
-        }
+        members_in_etcd(&etcd, group, 4, secs(30)).await;
         for fl in &f[..3] {
             fl.request(ActionKind::RestartKubelet, Urgency::Planned);
         }
@@ -754,17 +755,13 @@ fn share_budget_follows_the_live_members() {
         let n2 = f.pop().expect("n2");
         n3.shutdown().await;
         n2.shutdown().await;
-        for fl in f.iter_mut() {
-            let deadline = tokio::time::Instant::now() + secs(20);
-            while fl.view().members_alive != Some(2) {
-                assert!(tokio::time::Instant::now() < deadline, "{:?}", fl.view());
-                let _ = tokio::time::timeout(secs(1), fl.changed()).await;
-            }
-            assert_eq!(fl.view().max_disruptive, Some(1), "{:?}", fl.view());
-        }
+        members_in_etcd(&etcd, group, 2, secs(20)).await;
         let shrunk_at = etcd.revision().expect("revision");
         f[0].request(ActionKind::RestartKubelet, Urgency::Planned);
         assert!(f[0].wait_granted(secs(20)).await, "{:?}", f[0].state());
+        // the asking member read the group: a share of 2 members
+        assert_eq!(f[0].view().members_alive, Some(2), "{:?}", f[0].view());
+        assert_eq!(f[0].view().max_disruptive, Some(1), "{:?}", f[0].view());
         f[1].request(ActionKind::RestartKubelet, Urgency::Planned);
         never_granted(&mut f[1], secs(2))
             .await
@@ -971,4 +968,74 @@ fn check_config_connect_reports_tls_and_reachability() {
     assert_eq!(code, Some(3), "{out}");
     assert!(out.contains("etcd unreachable"), "{out}");
     assert!(started.elapsed() < secs(10), "took {:?}", started.elapsed());
+}
+
+/// The sum of `grpc_server_msg_received_total` per gRPC method over every member, as etcd
+/// itself counts what its clients sent.
+fn received_by_method(etcd: &EtcdCluster) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    for i in 0..etcd.len() {
+        let text = etcd.metrics(i).expect("a member's /metrics");
+        for line in text.lines() {
+            let Some(rest) = line.strip_prefix("grpc_server_msg_received_total{") else {
+                continue;
+            };
+            let Some((labels, value)) = rest.split_once('}') else {
+                continue;
+            };
+            let method = labels
+                .split(',')
+                .find_map(|kv| kv.strip_prefix("grpc_method=\""))
+                .map(|m| m.trim_end_matches('"').to_string())
+                .unwrap_or_default();
+            *out.entry(method).or_insert(0.0) += value.trim().parse::<f64>().unwrap_or(0.0);
+        }
+    }
+    out
+}
+
+/// An idle member (no request) costs etcd its lease's keep-alives and nothing else: no watch,
+/// no read, no write, however long it stays idle, as etcd's own counters show.
+#[test]
+fn an_idle_member_makes_no_request_but_its_keep_alives() {
+    let Some(etcd) = require_etcd(3) else {
+        return;
+    };
+    let group = "idle";
+    let rt = runtime();
+    let (before, after) = rt.block_on(async {
+        let mut fleet = Fleet::start(settings(&etcd, group, "sleeper", "1")).expect("start");
+        members_in_etcd(&etcd, group, 1, secs(20)).await;
+        // the start-up's calls (connect, lease, member key, one read) are over
+        wait_state(&mut fleet, "idle", secs(10), |s| {
+            matches!(s, SlotState::Idle)
+        })
+        .await
+        .unwrap();
+        tokio::time::sleep(secs(2)).await;
+        let before = received_by_method(&etcd);
+        // lease_ttl 5 s: a keep-alive every ~1.7 s
+        tokio::time::sleep(secs(12)).await;
+        let after = received_by_method(&etcd);
+        fleet.shutdown().await;
+        (before, after)
+    });
+    let grew: BTreeMap<&String, f64> = after
+        .iter()
+        .map(|(m, v)| (m, v - before.get(m).copied().unwrap_or(0.0)))
+        .filter(|(_, d)| *d > 0.0)
+        .collect();
+    eprintln!("an idle member for 12 s, messages etcd received by method: {grew:?}");
+    let keep_alives = grew
+        .get(&"LeaseKeepAlive".to_string())
+        .copied()
+        .unwrap_or(0.0);
+    assert!(
+        keep_alives >= 4.0,
+        "too few keep-alives for a 5 s lease in 12 s: {grew:?}"
+    );
+    assert!(
+        grew.keys().all(|m| m.as_str() == "LeaseKeepAlive"),
+        "an idle member asked etcd for more than keep-alives: {grew:?}"
+    );
 }

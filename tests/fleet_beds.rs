@@ -13,7 +13,11 @@ use support::fleet_bed::*;
 use support::*;
 
 fn config(etcd: &EtcdCluster, node: &str) -> String {
-    fast_config(&fleet_toml(etcd, "beds", node))
+    config_in(etcd, "beds", node, "")
+}
+
+fn config_in(etcd: &EtcdCluster, group: &str, node: &str, extra: &str) -> String {
+    fast_config(&format!("{}{extra}", fleet_toml(etcd, group, node)))
 }
 
 /// The realtime stamp (µs) of the first entry of `event` for restart-kubelet.
@@ -165,4 +169,136 @@ fn quorum_lost_nothing_acts_the_loop_keeps_its_interval_and_it_recovers() {
         back.elapsed()
     );
     assert_eq!(bed.pleg_guard_events("fleet-granted", &[]).len(), 1);
+}
+
+/// Member keys of nodes that are not beds, as any other member (or a test outside the
+/// project) writes them: `{"node":..,"findings":[..]}` on a live lease.
+struct FakeMembers<'a> {
+    etcd: &'a EtcdCluster,
+    group: String,
+    lease: String,
+    nodes: Vec<String>,
+}
+
+impl<'a> FakeMembers<'a> {
+    fn new(etcd: &'a EtcdCluster, group: &str, n: usize) -> FakeMembers<'a> {
+        let out = etcd.etcdctl(&["lease", "grant", "600"]).expect("a lease");
+        // "lease 694d8b0a1c2e3f4a granted with TTL(600s)"
+        let lease = out
+            .split_whitespace()
+            .nth(1)
+            .unwrap_or_else(|| panic!("no lease id in {out:?}"))
+            .to_string();
+        FakeMembers {
+            etcd,
+            group: group.to_string(),
+            lease,
+            nodes: (0..n).map(|i| format!("fake-{i}")).collect(),
+        }
+    }
+
+    fn report(&self, findings: &[&str]) {
+        for node in &self.nodes {
+            let value = serde_json::json!({"node": node, "findings": findings}).to_string();
+            self.etcd
+                .etcdctl(&[
+                    "put",
+                    &format!("--lease={}", self.lease),
+                    &format!("/pleg-guard/{}/members/{node}", self.group),
+                    &value,
+                ])
+                .expect("a fake member key");
+        }
+    }
+}
+
+/// The storm guard between real nodes: five members (written from outside) and one bed report
+/// `logind-unresponsive` in a group of seven (more than max_unhealthy "20%"): the bed's logind
+/// cure pauses (fleet-storm, once; status says so) while an affected bed's proven bus wedge
+/// (exempt: `systemd-bus-wedge` is PID 1's own serial on that node) is still cured; the five
+/// recover and the paused cure goes on (fleet-storm-over).
+#[test]
+fn a_storm_pauses_a_logind_cure_a_proven_bus_wedge_is_cured_and_the_pause_ends() {
+    let Some(etcd) = require_etcd(3) else {
+        return;
+    };
+    let Some(env) = require_affected_bed() else {
+        return;
+    };
+    let group = "storm";
+    let fakes = FakeMembers::new(&etcd, group, 5);
+    fakes.report(&["logind-unresponsive"]);
+
+    let sick = Bed::boot(&env, BedOptions::with_pleg_guard());
+    let wedged = Bed::boot(&env, BedOptions::affected_with_pleg_guard());
+    let mut bridges = Vec::new();
+    for bed in [&sick, &wedged] {
+        give_certificates(bed, &etcd);
+        bridges.push(bridge(bed, &etcd));
+        let node = bed.name.clone();
+        bed.install_pleg_guard(&config_in(
+            &etcd,
+            group,
+            &node,
+            "\n[actions.daemon_reexec]\nwhen = \"always\"\nsettle = \"3s\"\n",
+        ));
+        bed.start_pleg_guard();
+    }
+    sick.resume_logind_on_reexec();
+    sick.stop_logind();
+    wedged.pid1_bus_object();
+    // 6 serials left: pleg-guard's own probes use them up
+    wedged.fast_forward_pid1_serial(0xFFFF_FFF9);
+
+    let storm = sick.wait_event(
+        "fleet-storm",
+        &[("PLEG_GUARD_ACTION", "daemon-reexec")],
+        secs(60),
+    );
+    eprintln!("sick bed: {}", field(&storm, "MESSAGE").unwrap_or(""));
+    // the proven wedge is cured meanwhile
+    wedged.wait_reexec_cured(secs(60), secs(40));
+    // before the wedge is proven its symptoms are not exempt and may pause too; once it is,
+    // the cure goes on (fleet-storm-over says why)
+    wedged.wait_event(
+        "finding",
+        &[("PLEG_GUARD_FINDING", "systemd-bus-wedge")],
+        secs(5),
+    );
+    eprintln!(
+        "wedged bed: {} fleet-storm, {} fleet-storm-over entries",
+        wedged.pleg_guard_events("fleet-storm", &[]).len(),
+        wedged.pleg_guard_events("fleet-storm-over", &[]).len()
+    );
+    let s = sick.status_json();
+    assert_eq!(s["fleet"]["storm"]["storming"], true, "{}", s["fleet"]);
+    assert_eq!(s["fleet"]["storm"]["paused"], true, "{}", s["fleet"]);
+    assert!(
+        sick.pleg_guard_events("action-started", &[("PLEG_GUARD_ACTION", "daemon-reexec")])
+            .is_empty(),
+        "the logind cure ran during the storm"
+    );
+    // the sick bed publishes what it acts on
+    let key = format!("/pleg-guard/{group}/members/{}", sick.name);
+    let member = etcd.get(&key).expect("etcdctl get").unwrap_or_default();
+    assert!(member.contains("logind-unresponsive"), "{key}: {member}");
+
+    let recovered = Instant::now();
+    fakes.report(&[]);
+    sick.wait_event(
+        "fleet-storm-over",
+        &[("PLEG_GUARD_ACTION", "daemon-reexec")],
+        secs(30),
+    );
+    sick.wait_reexec_cured(secs(60), secs(30));
+    eprintln!(
+        "the paused logind cure succeeded {:?} after the other members recovered",
+        recovered.elapsed()
+    );
+    assert_eq!(
+        sick.pleg_guard_events("fleet-storm", &[]).len(),
+        1,
+        "fleet-storm logged once per pause"
+    );
+    drop(bridges);
 }

@@ -111,7 +111,7 @@ async fn fleet_status(config: &Config) -> Option<FleetStatus> {
             (view, state, Some(e.to_string()))
         }
     };
-    Some(FleetStatus::of(
+    let mut status = FleetStatus::of(
         &view,
         &settings.node,
         config.fleet.max_disruptive.to_string(),
@@ -122,5 +122,7 @@ async fn fleet_status(config: &Config) -> Option<FleetStatus> {
             position: None,
             reason,
         },
-    ))
+    );
+    status.storm = crate::daemon::fleet_gate::storm_status(&config.fleet, &view, false);
+    Some(status)
 }

@@ -518,6 +518,19 @@ impl Applier<'_> {
         if let Some(p) = f.prefix {
             slot.prefix = settings::prefix(p.get_ref()).map_err(at(&p))?;
         }
+        if let Some(m) = f.max_unhealthy {
+            slot.max_unhealthy = m
+                .get_ref()
+                .parse()
+                .map_err(|e| at(&m)(format!("`fleet.max_unhealthy`: {e}")))?;
+        }
+        if let Some(list) = f.storm_exempt {
+            let mut exempt = Vec::new();
+            for item in list.into_inner() {
+                exempt.push(settings::finding_id(item.get_ref()).map_err(at(&item))?);
+            }
+            slot.storm_exempt = exempt;
+        }
         Ok(())
     }
 }

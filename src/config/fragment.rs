@@ -46,6 +46,8 @@ pub(super) struct FleetFragment {
     pub(super) allow_password_over_http: Field<bool>,
     pub(super) node: Field<String>,
     pub(super) prefix: Field<String>,
+    pub(super) max_unhealthy: Field<String>,
+    pub(super) storm_exempt: Field<Vec<Spanned<String>>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -3,6 +3,7 @@
 use std::path::Path;
 
 use super::*;
+use crate::fleet::storm::MaxUnhealthy;
 use crate::fleet::{MaxDisruptive, OnUnreachable, Secret};
 
 fn parse(text: &str) -> Result<Config, String> {
@@ -353,6 +354,8 @@ username = "pleg"
 password_file = "{}"
 node = "node-17"
 prefix = "/ops/pleg-guard"
+max_unhealthy = "3"
+storm_exempt = []
 
 [actions.purge_dead_containers]
 fleet = true
@@ -380,6 +383,8 @@ fleet = false
     );
     assert_eq!(f.node_name(), "node-17");
     assert_eq!(f.prefix, "/ops/pleg-guard");
+    assert_eq!(f.max_unhealthy, MaxUnhealthy::Count(3));
+    assert!(f.storm_exempt.is_empty());
     assert!(c.actions.purge_dead_containers.fleet);
     assert!(c.actions.daemon_reexec.fleet, "default stays");
     assert!(!c.actions.restart_kubelet.fleet);
@@ -388,6 +393,10 @@ fleet = false
     assert!(!d.actions.purge_dead_containers.fleet);
     assert!(d.actions.daemon_reexec.fleet && d.actions.restart_kubelet.fleet);
     assert!(!d.fleet.node_name().is_empty());
+    assert_eq!(d.fleet.max_unhealthy, MaxUnhealthy::Percent(20));
+    assert_eq!(d.fleet.storm_exempt, ["systemd-bus-wedge"]);
+    let off = parse("[fleet]\nmax_unhealthy = \"\"\n").unwrap();
+    assert_eq!(off.fleet.max_unhealthy, MaxUnhealthy::Off);
 
     let missing = dir.join("nope");
     let e = parse(&format!(
@@ -436,6 +445,15 @@ fn bad_fleet_values_are_named() {
         ("max_disruptive = \"two\"", "`fleet.max_disruptive`"),
         ("max_disruptive = \"0%\"", "between \"1%\" and \"100%\""),
         ("max_disruptive = \"101%\"", "between \"1%\" and \"100%\""),
+        (
+            "max_unhealthy = \"many\"",
+            "`fleet.max_unhealthy`: \"many\" is neither",
+        ),
+        ("max_unhealthy = \"120%\"", "`fleet.max_unhealthy`"),
+        (
+            "storm_exempt = [\"Bus Wedge\"]",
+            "`fleet.storm_exempt`: \"Bus Wedge\" is not a finding id",
+        ),
         (
             "lease_ttl = \"2s\"",
             "`fleet.lease_ttl` must be whole seconds",

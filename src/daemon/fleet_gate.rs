@@ -10,11 +10,14 @@ use tokio::time::Instant;
 use crate::config::Config;
 use crate::fleet::FleetConfig;
 use crate::fleet::policy::{self, Inputs, Verdict, WaitReason};
-use crate::fleet::{Fleet, FleetError, FleetSettings, SlotState, Urgency};
+use crate::fleet::{Fleet, FleetError, FleetSettings, SlotState, Urgency, storm};
 use crate::report::event::EventKind;
 use crate::report::journal::{Event, emit};
-use crate::report::status_file::{FleetNodeStatus, FleetStatus};
+use crate::report::status_file::{FleetNodeStatus, FleetStatus, FleetStormStatus};
 use crate::target::ActionKind;
+
+/// How often the storm guard reads the group's member keys while a repair waits on it.
+const STORM_RECHECK: Duration = Duration::from_secs(5);
 
 /// What the gate says about an action the ladder chose.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,6 +53,10 @@ pub struct FleetGate {
     local: Option<(ActionKind, String)>,
     seen_expired: u64,
     was_unavailable: bool,
+    /// A repair the storm guard pauses: which, and since when (fleet-storm was logged).
+    storm: Option<(ActionKind, Instant)>,
+    /// When the member keys were last asked for.
+    health_asked: Option<Instant>,
 }
 
 impl FleetGate {
@@ -69,6 +76,8 @@ impl FleetGate {
             local: None,
             seen_expired: 0,
             was_unavailable: false,
+            storm: None,
+            health_asked: None,
         }))
     }
 
@@ -77,21 +86,31 @@ impl FleetGate {
         self.fleet.changed().await;
     }
 
-    /// May `action` (which needs a slot) run now?
+    /// The findings this node acts on (its member key says so: the storm guard of the other
+    /// members counts them).
+    pub fn set_findings(&self, findings: Vec<String>) {
+        self.fleet.set_findings(findings);
+    }
+
+    /// May `action` (which needs a slot, and is aimed at `aimed_at`) run now?
     pub fn admit(
         &mut self,
         action: ActionKind,
         urgency: Urgency,
         serial_eta: Option<Duration>,
+        aimed_at: &[String],
     ) -> Gate {
         if self.holding.is_some_and(|(a, _)| a == action) {
             return Gate::Go;
         }
-        self.fleet.request(action, urgency);
         let since = match &self.waiting {
             Some(w) if w.action == action => w.since,
             _ => Instant::now(),
         };
+        if let Some(reason) = self.storm_guard(action, aimed_at) {
+            return self.wait(action, urgency, since, reason);
+        }
+        self.fleet.request(action, urgency);
         let state = self.fleet.state();
         let verdict = policy::decide(&Inputs {
             urgency,
@@ -132,34 +151,115 @@ impl FleetGate {
                 self.local = Some((action, reason.to_string()));
                 Gate::Go
             }
-            Verdict::Wait(reason) => {
-                let mut w = match self.waiting.take() {
-                    Some(w) if w.action == action => w,
-                    _ => Waiting {
-                        action,
-                        urgency,
-                        since,
-                        logged: None,
-                        reason: reason.clone(),
-                    },
-                };
-                w.urgency = urgency;
-                w.reason = reason.clone();
-                if w.logged
+            Verdict::Wait(reason) => self.wait(action, urgency, since, reason),
+        }
+    }
+
+    /// The storm guard: why `action` may not even ask for a slot now (None: it may). Reads
+    /// the member keys again every [`STORM_RECHECK`] while a repair waits on it; logs
+    /// fleet-storm once per pause and fleet-storm-over when it ends.
+    fn storm_guard(&mut self, action: ActionKind, aimed_at: &[String]) -> Option<WaitReason> {
+        let exempt = storm::exempt(aimed_at, &self.config.storm_exempt);
+        if self.config.max_unhealthy != storm::MaxUnhealthy::Off
+            && !exempt
+            && self
+                .health_asked
+                .is_none_or(|t| t.elapsed() >= STORM_RECHECK)
+        {
+            self.fleet.read_health();
+            self.health_asked = Some(Instant::now());
+        }
+        let view = self.fleet.view();
+        let pause = policy::storm_pause(
+            self.config.max_unhealthy,
+            exempt,
+            &self.fleet.state(),
+            view.health.as_ref(),
+        );
+        match &pause {
+            Some(WaitReason::Storm { .. }) if self.storm.is_none() => {
+                // paused: no place in the queue meanwhile
+                self.fleet.release();
+                self.storm = Some((action, Instant::now()));
+                let unhealthy = view
+                    .health
                     .as_ref()
-                    .is_none_or(|l| discriminant(l) != discriminant(&reason))
-                {
+                    .map(|h| h.unhealthy.join(", "))
+                    .unwrap_or_default();
+                fleet_event(
+                    EventKind::FleetStorm,
+                    action,
+                    &format!(
+                        "{action} paused: {} (reporting: {unhealthy})",
+                        pause.as_ref().map(ToString::to_string).unwrap_or_default()
+                    ),
+                );
+            }
+            Some(WaitReason::Storm { .. }) | Some(WaitReason::CheckingHealth) => {}
+            _ => {
+                if let Some((paused, since)) = self.storm.take() {
+                    let why = if exempt {
+                        format!(
+                            "{action} is aimed at a cause proven local to this node (storm_exempt)"
+                        )
+                    } else {
+                        "no more members than max_unhealthy report findings now".to_owned()
+                    };
                     fleet_event(
-                        EventKind::FleetWaiting,
-                        action,
-                        &format!("{action} waits: {reason}"),
+                        EventKind::FleetStormOver,
+                        paused,
+                        &format!(
+                            "fleet storm over for {paused} after {}: {why}",
+                            humantime::format_duration(Duration::from_secs(
+                                since.elapsed().as_secs()
+                            ))
+                        ),
                     );
-                    w.logged = Some(reason.clone());
                 }
-                self.waiting = Some(w);
-                Gate::Wait(reason.to_string())
             }
         }
+        pause
+    }
+
+    /// `action` waits for `reason`: remember it, and log fleet-waiting when the kind of
+    /// reason changes (a storm has its own events).
+    fn wait(
+        &mut self,
+        action: ActionKind,
+        urgency: Urgency,
+        since: Instant,
+        reason: WaitReason,
+    ) -> Gate {
+        let mut w = match self.waiting.take() {
+            Some(w) if w.action == action => w,
+            _ => Waiting {
+                action,
+                urgency,
+                since,
+                logged: None,
+                reason: reason.clone(),
+            },
+        };
+        w.urgency = urgency;
+        w.reason = reason.clone();
+        let storm = matches!(
+            reason,
+            WaitReason::Storm { .. } | WaitReason::CheckingHealth
+        );
+        if !storm
+            && w.logged
+                .as_ref()
+                .is_none_or(|l| discriminant(l) != discriminant(&reason))
+        {
+            fleet_event(
+                EventKind::FleetWaiting,
+                action,
+                &format!("{action} waits: {reason}"),
+            );
+            w.logged = Some(reason.clone());
+        }
+        self.waiting = Some(w);
+        Gate::Wait(reason.to_string())
     }
 
     /// After the ladder spoke and the runner moved on: release a slot whose action and settle
@@ -195,6 +295,19 @@ impl FleetGate {
                     EventKind::FleetReleased,
                     action,
                     &withdrawn_because(action, waiting_for_window),
+                );
+            }
+        }
+        if let Some((action, since)) = self.storm {
+            if !still_wanted.contains(&action) {
+                self.storm = None;
+                fleet_event(
+                    EventKind::FleetStormOver,
+                    action,
+                    &format!(
+                        "fleet storm pause of {action} ends after {}: this node no longer needs it",
+                        humantime::format_duration(Duration::from_secs(since.elapsed().as_secs()))
+                    ),
                 );
             }
         }
@@ -270,7 +383,7 @@ impl FleetGate {
                 .filter(|_| name == "local")
                 .map(|(a, _)| *a))
             .map(|a| a.name().to_owned());
-        FleetStatus::of(
+        let mut status = FleetStatus::of(
             &view,
             &self.node,
             self.config.max_disruptive.to_string(),
@@ -284,13 +397,35 @@ impl FleetGate {
                 },
                 reason,
             },
-        )
+        );
+        status.storm = storm_status(&self.config, &view, self.storm.is_some());
+        status
     }
 
     /// Give everything back (the lease is revoked).
     pub async fn shutdown(self) {
         self.fleet.shutdown().await;
     }
+}
+
+/// status.json's `fleet.storm` (None: the storm guard is off).
+pub fn storm_status(
+    config: &FleetConfig,
+    view: &crate::fleet::FleetView,
+    paused: bool,
+) -> Option<FleetStormStatus> {
+    (config.max_unhealthy != storm::MaxUnhealthy::Off).then(|| FleetStormStatus {
+        max_unhealthy: config.max_unhealthy.to_string(),
+        storming: view.health.as_ref().map(|h| h.storming),
+        unhealthy: view
+            .health
+            .as_ref()
+            .map(|h| h.unhealthy.clone())
+            .unwrap_or_default(),
+        members: view.health.as_ref().map(|h| h.members),
+        read_at: view.health.as_ref().map(|h| h.read_at),
+        paused,
+    })
 }
 
 fn fleet_event(kind: EventKind, action: ActionKind, message: &str) {

@@ -349,6 +349,9 @@ impl Daemon {
         self.next_step = (in_grace && findings.iter().any(|f| f.severity() == Severity::Problem))
             .then(|| "no action during startup grace".to_owned());
 
+        if let Some(gate) = self.fleet.as_ref() {
+            gate.set_findings(acted_on(&decisions, &self.config.actions));
+        }
         let wanted: Vec<ActionKind> = decisions
             .iter()
             .filter_map(|d| match d {
@@ -370,8 +373,10 @@ impl Daemon {
                             action,
                             aimed_at.contains(&FindingId::SystemdSerialExhaustion),
                         );
+                        let causes: Vec<String> =
+                            aimed_at.iter().map(|f| f.name().to_owned()).collect();
                         if let Gate::Wait(reason) =
-                            gate.admit(action, urgency, self.systemd.serial_eta())
+                            gate.admit(action, urgency, self.systemd.serial_eta(), &causes)
                         {
                             self.next_step = Some(format!("{action}: {reason}"));
                             continue;
@@ -516,6 +521,30 @@ impl Daemon {
             fleet: self.fleet.as_ref().map(FleetGate::status),
         })
     }
+}
+
+/// The findings this node acts on, for its member key (the storm guard of the group counts
+/// them): those a disruptive repair (one that needs a fleet slot) is aimed at, whether it
+/// runs, waits or is held back by its rate limit.
+fn acted_on(decisions: &[Decision], actions: &crate::config::ActionsConfig) -> Vec<String> {
+    let mut out: Vec<String> = decisions
+        .iter()
+        .filter_map(|d| match d {
+            Decision::Act { action, aimed_at }
+            | Decision::Suppressed {
+                action, aimed_at, ..
+            }
+            | Decision::Waits {
+                action, aimed_at, ..
+            } if actions.of(*action).fleet => Some(aimed_at),
+            _ => None,
+        })
+        .flatten()
+        .map(|f| f.name().to_owned())
+        .collect();
+    out.sort();
+    out.dedup();
+    out
 }
 
 /// Resolves when the fleet changed; never without a fleet.

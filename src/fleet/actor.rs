@@ -1,63 +1,98 @@
-//! The fleet task: keeps this node's lease alive, its member key written, a copy of the group
-//! current from a watch, and takes or gives back its slot when the handle asks.
+//! The fleet task: keeps this node's lease alive and its member key written, and takes or
+//! gives back its slot when the handle asks (the protocol: [`super::group`]).
+//!
+//! What it costs etcd, by state:
+//! - idle (no request): the lease's keep-alives, nothing else — no watch, no periodic read;
+//!   the member key is written at connect and when the findings it reports change;
+//! - asking: one transaction joins the queue, one read shows the group (counts, the holders,
+//!   the few queue keys just ahead), then a grant transaction or a narrow watch (the first
+//!   `max` waiters: the holder keys' deletes and their predecessor; the rest: the waiter `max`
+//!   places ahead); each event the watch sends costs one read (the next in line tries a freed
+//!   slot at once); a waiter among the first `max` also reads again every [`WAIT_RECHECK`] (a
+//!   share budget grows with members that join, which no watch reports);
+//! - holding: nothing until the release (one guarded delete).
 //!
 //! One connection at a time. Any failure drops it and the task reconnects with a backoff of
 //! 1 s doubling to 10 s; on reconnect it keeps its old lease when etcd still has it (so a
-//! held slot survives a blip shorter than the lease), else it takes a new one and a held slot
-//! counts as lost (`expired`). Every call is bounded by the request timeout, so the handle's
-//! state turns `Unreachable` within a few of them when etcd is gone. A grant whose answer never
-//! came is not assumed failed: the group is read again after reconnecting, and the slot key
-//! says whether it holds.
+//! held slot and its place in the queue survive a blip shorter than the lease), else it takes
+//! a new one and a held slot counts as lost (`expired`). Every call is bounded by the request
+//! timeout, so the handle's state turns `Unreachable` within a few of them when etcd is gone.
+//! A grant whose answer never came is not assumed failed: after reconnecting, the read shows
+//! whether a holder key carries this node's name on this node's lease.
 
 use std::time::{Duration, SystemTime};
 
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use super::etcd::{Connection, KeepAlive, TlsMaterial, classify};
-use super::group::{
-    Admission, GUARD, GroupCopy, GroupRead, MEMBERS, MemberValue, Phase, SLOTS, SlotValue,
+use super::etcd::{Connection, KeepAlive, Me, TlsMaterial, classify};
+use super::group::{Held, HolderValue, Keys, MemberValue, Next, QueueValue, Snapshot, WatchPlan};
+use super::storm::Health;
+use super::{
+    Command, FleetError, FleetSettings, FleetView, GroupHealth, Holder, Shared, SlotState, Urgency,
 };
-use super::{Command, FleetError, FleetSettings, FleetView, Holder, Shared, SlotState, Urgency};
 use crate::target::ActionKind;
 
 /// The longest pause between reconnect attempts.
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
-/// How often a waiting node looks at its copy of the group without an event.
-const WAIT_POLL: Duration = Duration::from_secs(1);
-/// How often an idle node reads the whole group again (the watch keeps it current between).
-const IDLE_REFRESH: Duration = Duration::from_secs(300);
+/// How often a waiting node reads the group without an event.
+pub const WAIT_RECHECK: Duration = Duration::from_secs(5);
+/// The storm guard reads every member key again at least this often while a repair waits on
+/// it; between, a small read says whether any changed.
+const HEALTH_FULL_READ: Duration = Duration::from_secs(60);
+/// Grant attempts in one step before waiting for an event (each failed one brings a fresh
+/// read with it).
+const GRANT_ATTEMPTS: usize = 8;
 
 /// The group as a [`FleetView`].
 pub(crate) fn view_of(
     s: &FleetSettings,
-    read: &GroupRead,
+    snap: &Snapshot,
     reachable: bool,
     last_error: Option<String>,
     expired: u64,
 ) -> FleetView {
     FleetView {
         group: s.group.clone(),
-        members_alive: Some(read.members.len()),
-        max_disruptive: Some(read.max(s.max_disruptive)),
-        holders: read
-            .holders()
-            .map(|slot| Holder {
-                node: slot.node.clone(),
-                action: slot
+        members_alive: Some(snap.members),
+        max_disruptive: Some(snap.max(s.max_disruptive)),
+        holders: snap
+            .holders
+            .iter()
+            .map(|h| Holder {
+                node: h
+                    .value
+                    .as_ref()
+                    .map_or_else(|| "?".to_owned(), |v| v.node.clone()),
+                action: h
                     .value
                     .as_ref()
                     .map_or_else(|| "?".to_owned(), |v| v.action.clone()),
-                since: slot
+                since: h
                     .value
                     .as_ref()
-                    .map_or(SystemTime::UNIX_EPOCH, |v| v.granted_at.unwrap_or(v.since)),
+                    .map_or(SystemTime::UNIX_EPOCH, |v| v.granted_at),
             })
             .collect(),
-        waiting: read.queue().len(),
+        waiting: snap.waiting,
         reachable,
         last_error,
         expired,
+        health: None,
+    }
+}
+
+/// The group's health from its member keys.
+pub(crate) fn health_of(s: &FleetSettings, members: &[(String, Vec<u8>)]) -> GroupHealth {
+    let h = Health::of(
+        members.iter().map(|(n, v)| (n.as_str(), v.as_slice())),
+        &s.storm_exempt,
+    );
+    GroupHealth {
+        storming: h.storming(s.max_unhealthy),
+        members: h.members,
+        unhealthy: h.unhealthy,
+        read_at: SystemTime::now(),
     }
 }
 
@@ -69,62 +104,103 @@ struct Want {
     since: SystemTime,
 }
 
+/// A slot this node holds.
+#[derive(Debug, Clone, Copy)]
+struct Grant {
+    since: SystemTime,
+    index: usize,
+    /// The holder key's create revision: the grant's revision.
+    revision: i64,
+}
+
 /// One live connection.
 struct Session {
     conn: Connection,
     keep_alive: KeepAlive,
-    watch: etcd_client::WatchStream,
+    /// What a waiter watches (None: nothing).
+    watch: Option<(WatchPlan, etcd_client::WatchStream)>,
 }
 
 /// The task's state.
 pub(crate) struct Actor {
     s: FleetSettings,
+    keys: Keys,
     tls: TlsMaterial,
     tx: watch::Sender<Shared>,
     want: Option<Want>,
-    /// The value of the slot key must be written again (the request changed).
-    rewrite: bool,
-    granted: Option<(SystemTime, i64)>,
-    release_pending: bool,
+    /// This node's queue key, and the action its value names.
+    queued: Option<(Me, ActionKind)>,
+    granted: Option<Grant>,
+    /// Own keys to delete (a released slot, a withdrawn request), with their create revision.
+    to_delete: Vec<(String, i64)>,
     queue: Option<(usize, usize, usize)>,
     lease: Option<i64>,
     last_ack: Instant,
-    copy: Option<GroupCopy>,
+    snapshot: Option<Snapshot>,
+    /// The group must be read before the next decision.
+    stale: bool,
+    /// Slots the watch saw freed since the latest read.
+    freed: Vec<usize>,
     down: Option<(SystemTime, FleetError)>,
     expired: u64,
     member_since: SystemTime,
+    /// The findings this node acts on, and whether its member key says so yet.
+    findings: Vec<String>,
+    findings_written: bool,
+    /// The member keys must be read for the storm guard.
+    health_wanted: bool,
+    health: Option<GroupHealth>,
+    /// The revision of the latest full read of the member keys, and when it was.
+    health_read: Option<(i64, Instant)>,
+}
+
+/// The next message of the watch, if there is one.
+async fn next_event(
+    watch: &mut Option<(WatchPlan, etcd_client::WatchStream)>,
+) -> Result<Option<etcd_client::WatchResponse>, etcd_client::Error> {
+    match watch {
+        Some((_, w)) => w.message().await,
+        None => std::future::pending().await,
+    }
 }
 
 impl Actor {
     pub(crate) fn new(s: FleetSettings, tls: TlsMaterial, tx: watch::Sender<Shared>) -> Actor {
         Actor {
+            keys: Keys::new(&s.group_prefix()),
             s,
             tls,
             tx,
             want: None,
-            rewrite: false,
+            queued: None,
             granted: None,
-            release_pending: false,
+            to_delete: Vec::new(),
             queue: None,
             lease: None,
             last_ack: Instant::now(),
-            copy: None,
+            snapshot: None,
+            stale: true,
+            freed: Vec::new(),
             down: None,
             expired: 0,
             member_since: SystemTime::now(),
+            findings: Vec::new(),
+            findings_written: false,
+            health_wanted: false,
+            health: None,
+            health_read: None,
         }
     }
 
-    fn slot_key(&self) -> String {
-        format!("{}{SLOTS}{}", self.s.group_prefix(), self.s.node)
-    }
-
-    fn member_key(&self) -> String {
-        format!("{}{MEMBERS}{}", self.s.group_prefix(), self.s.node)
-    }
-
-    fn guard_key(&self) -> String {
-        format!("{}{GUARD}", self.s.group_prefix())
+    /// How many queue keys ahead a read brings: the budget as last seen.
+    fn depth(&self) -> usize {
+        self.snapshot
+            .as_ref()
+            .map_or_else(
+                || self.s.max_disruptive.slots(0),
+                |s| s.max(self.s.max_disruptive),
+            )
+            .max(1)
     }
 
     /// The task: until the handle shuts it down or goes away.
@@ -174,8 +250,7 @@ impl Actor {
     ) -> Result<(), FleetError> {
         let every = self.s.lease_ttl / 3;
         let mut next_keep_alive = Instant::now() + every;
-        let mut next_refresh = Instant::now() + IDLE_REFRESH;
-        let mut next_poll = Instant::now() + WAIT_POLL;
+        let mut next_recheck = Instant::now() + WAIT_RECHECK;
         let mut dirty = true;
         loop {
             if dirty {
@@ -183,6 +258,12 @@ impl Actor {
                 self.publish();
                 dirty = false;
             }
+            // a waiter within reach of a slot reads again now and then (a share budget grows
+            // with members that join, which no watch reports); one further back is woken by
+            // the key it watches
+            let waiting = self.want.is_some()
+                && self.granted.is_none()
+                && self.queue.is_none_or(|(position, _, max)| position < max);
             tokio::select! {
                 cmd = rx.recv() => match cmd {
                     None => {
@@ -200,13 +281,21 @@ impl Actor {
                         dirty = true;
                     }
                 },
-                msg = session.watch.message() => match msg {
+                msg = next_event(&mut session.watch) => match msg {
                     Ok(Some(resp)) if resp.canceled() => {
-                        return Err(FleetError::Unreachable("etcd cancelled the watch".to_owned()));
+                        // e.g. its start revision was compacted: read and watch anew
+                        session.watch = None;
+                        self.stale = true;
+                        dirty = true;
                     }
                     Ok(Some(resp)) => {
-                        self.apply(&resp);
-                        dirty = true;
+                        for ev in resp.events() {
+                            self.stale = true;
+                            dirty = true;
+                            if let Some(i) = ev.kv().and_then(|kv| self.keys.index_of(kv.key())) {
+                                self.freed.push(i);
+                            }
+                        }
                     }
                     Ok(None) => return Err(FleetError::Unreachable("the watch ended".to_owned())),
                     Err(e) => return Err(classify(&e, false)),
@@ -229,21 +318,29 @@ impl Actor {
                         return Err(classify(&e, false));
                     }
                 },
-                () = tokio::time::sleep_until(next_poll) => {
-                    next_poll = Instant::now() + WAIT_POLL;
-                    dirty = self.want.is_some() && self.granted.is_none();
-                },
-                () = tokio::time::sleep_until(next_refresh) => {
-                    next_refresh = Instant::now() + IDLE_REFRESH;
-                    let prefix = self.s.group_prefix();
-                    self.copy = Some(session.conn.read_group(&prefix).await?);
+                () = tokio::time::sleep_until(next_recheck), if waiting => {
+                    next_recheck = Instant::now() + WAIT_RECHECK;
+                    self.stale = true;
                     dirty = true;
                 },
+            }
+            if !waiting {
+                next_recheck = Instant::now() + WAIT_RECHECK;
             }
         }
     }
 
-    /// Connect, keep or take a lease, write the member key, read the group, watch it.
+    fn member_value(&self) -> Result<Vec<u8>, FleetError> {
+        serde_json::to_vec(&MemberValue {
+            node: self.s.node.clone(),
+            since: self.member_since,
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            findings: self.findings.clone(),
+        })
+        .map_err(|e| FleetError::Protocol(e.to_string()))
+    }
+
+    /// Connect, keep or take a lease, write the member key, read the group once.
     async fn connect(&mut self) -> Result<Session, FleetError> {
         let mut conn = Connection::open(&self.s, &self.tls).await?;
         let kept = match self.lease {
@@ -261,30 +358,33 @@ impl Actor {
         };
         self.lease = Some(lease);
         self.last_ack = Instant::now();
-        let member = MemberValue {
-            node: self.s.node.clone(),
-            since: self.member_since,
-            version: env!("CARGO_PKG_VERSION").to_owned(),
-        };
-        let member =
-            serde_json::to_vec(&member).map_err(|e| FleetError::Protocol(e.to_string()))?;
-        let key = self.member_key();
-        conn.put(&key, member, lease).await?;
-        let prefix = self.s.group_prefix();
-        let copy = conn.read_group(&prefix).await?;
-        let watch = conn.watch(&prefix, copy.revision + 1).await?;
-        self.copy = Some(copy);
+        conn.put(&self.keys.member(&self.s.node), self.member_value()?, lease)
+            .await?;
+        self.findings_written = true;
+        let me = self.queued.map(|(me, _)| me);
+        let snap = conn
+            .snapshot(&self.keys, &self.s.node, me.as_ref(), self.depth())
+            .await?;
+        if self.granted.is_some() && snap.held_by(&self.s.node, lease).is_none() {
+            // the holder key went (deleted by hand, or the lease ran out meanwhile)
+            self.granted = None;
+            self.expired += 1;
+        }
+        self.snapshot = Some(snap);
+        self.stale = false;
         self.down = None;
         Ok(Session {
             conn,
             keep_alive,
-            watch,
+            watch: None,
         })
     }
 
-    /// The lease is gone: a held slot went with it.
+    /// The lease is gone: a held slot and the place in the queue went with it.
     fn lease_lost(&mut self) {
         self.lease = None;
+        self.queued = None;
+        self.to_delete.clear();
         if self.granted.take().is_some() {
             self.expired += 1;
         }
@@ -306,179 +406,243 @@ impl Actor {
                     if urgency == Urgency::Emergency || w.action != action {
                         w.action = action;
                         w.urgency = urgency;
-                        self.rewrite = true;
                     }
                 }
                 Some(_) => {}
             },
             Command::Release => {
-                if self.want.take().is_some() || self.granted.is_some() {
-                    self.release_pending = true;
+                self.want = None;
+                if let Some(g) = self.granted.take() {
+                    self.to_delete.push((self.keys.holder(g.index), g.revision));
+                    if let Some(s) = self.snapshot.as_mut() {
+                        s.holders.retain(|h| h.index != g.index);
+                    }
                 }
-                self.granted = None;
                 self.queue = None;
-                self.rewrite = false;
             }
+            Command::Findings(findings) => {
+                if findings != self.findings {
+                    self.findings = findings;
+                    self.findings_written = false;
+                }
+            }
+            Command::ReadHealth => self.health_wanted = true,
             Command::Shutdown(_) => {}
         }
     }
 
-    fn apply(&mut self, resp: &etcd_client::WatchResponse) {
-        let Some(copy) = self.copy.as_mut() else {
-            return;
-        };
-        for ev in resp.events() {
-            let Some(kv) = ev.kv() else { continue };
-            match ev.event_type() {
-                etcd_client::EventType::Put => copy.put(
-                    kv.key().to_vec(),
-                    super::group::StoredKv {
-                        value: kv.value().to_vec(),
-                        create_revision: kv.create_revision(),
-                        mod_revision: kv.mod_revision(),
-                        lease: kv.lease(),
-                    },
-                ),
-                etcd_client::EventType::Delete => copy.delete(kv.key(), kv.mod_revision()),
-            }
-        }
-        if let Some(h) = resp.header() {
-            copy.revision = copy.revision.max(h.revision());
-        }
-    }
-
-    /// Bring etcd in line with what the handle asked: release, request, take.
+    /// Bring etcd in line with what the handle asked: release, withdraw, report, ask, take.
     async fn step(&mut self, session: &mut Session) -> Result<(), FleetError> {
         let Some(lease) = self.lease else {
             return Err(FleetError::Protocol("no lease".to_owned()));
         };
-        let key = self.slot_key();
-        let guard = self.guard_key();
-        if self.release_pending {
-            let rev = session.conn.delete(&key).await?;
-            if let Some(c) = self.copy.as_mut() {
-                c.delete(key.as_bytes(), rev);
-            }
-            self.release_pending = false;
+        while let Some((key, revision)) = self.to_delete.last().cloned() {
+            session.conn.delete_own(&key, revision).await?;
+            self.to_delete.pop();
         }
-        for _ in 0..4 {
-            let Some(copy) = self.copy.as_mut() else {
-                return Ok(());
-            };
-            let admission = copy
-                .read()
-                .admission(&self.s.node, lease, self.s.max_disruptive);
-            if self.granted.is_some() && admission != Admission::Holding {
-                // the slot key went (lease expiry) or was taken back: the grant is lost
-                self.granted = None;
-                self.expired += 1;
-            }
-            let Some(want) = self.want.clone() else {
-                return Ok(());
-            };
-            let value = |state: Phase, granted_at: Option<SystemTime>| {
-                serde_json::to_vec(&SlotValue {
-                    node: self.s.node.clone(),
-                    action: want.action.name().to_owned(),
-                    urgency: want.urgency,
-                    since: want.since,
-                    state,
-                    granted_at,
-                })
-                .map_err(|e| FleetError::Protocol(e.to_string()))
-            };
-            // no slot key yet, or one to rewrite (a new action or urgency): write it waiting,
-            // then read back its create revision (the queue's order) and look again
-            if admission == Admission::Missing || (self.rewrite && self.granted.is_none()) {
-                session
-                    .conn
-                    .put(&key, value(Phase::Waiting, None)?, lease)
-                    .await?;
-                self.rewrite = false;
-                if let Some(kv) = session.conn.get(&key).await? {
-                    copy.put(key.clone().into_bytes(), kv);
+        if !self.findings_written {
+            session
+                .conn
+                .put(&self.keys.member(&self.s.node), self.member_value()?, lease)
+                .await?;
+            self.findings_written = true;
+        }
+        if self.health_wanted {
+            let unchanged = match (&self.health, self.health_read) {
+                (Some(h), Some((revision, at))) if at.elapsed() < HEALTH_FULL_READ => {
+                    !session
+                        .conn
+                        .members_changed(&self.keys, revision, h.members)
+                        .await?
                 }
+                _ => false,
+            };
+            if unchanged {
+                if let Some(h) = self.health.as_mut() {
+                    h.read_at = SystemTime::now();
+                }
+            } else {
+                let (revision, members) = session.conn.members(&self.keys).await?;
+                self.health = Some(health_of(&self.s, &members));
+                self.health_read = Some((revision, Instant::now()));
+            }
+            self.health_wanted = false;
+        }
+        let want = match (&self.want, self.granted) {
+            (Some(w), None) => w.clone(),
+            _ => {
+                // nothing to wait for: withdraw a request, watch nothing
+                session.watch = None;
+                self.queue = None;
+                if let Some((me, _)) = self.queued.take() {
+                    let key = self.keys.queued(me.urgency, &self.s.node);
+                    session.conn.delete_own(&key, me.create_revision).await?;
+                }
+                return Ok(());
+            }
+        };
+        if let Some((me, _)) = self.queued.filter(|(me, _)| me.urgency != want.urgency) {
+            // an emergency now: to the emergency queue
+            self.queued = None;
+            let key = self.keys.queued(me.urgency, &self.s.node);
+            session.conn.delete_own(&key, me.create_revision).await?;
+        }
+        let queue_value = serde_json::to_vec(&QueueValue {
+            node: self.s.node.clone(),
+            action: want.action.name().to_owned(),
+            urgency: want.urgency,
+            since: want.since,
+        })
+        .map_err(|e| FleetError::Protocol(e.to_string()))?;
+        let depth = self.depth();
+        let mut snap = match self.queued {
+            None => {
+                let (me, snap) = session
+                    .conn
+                    .join(
+                        &self.keys,
+                        &self.s.node,
+                        want.urgency,
+                        queue_value.clone(),
+                        lease,
+                        depth,
+                    )
+                    .await?;
+                self.queued = Some((me, want.action));
+                snap
+            }
+            Some((me, action)) => {
+                if action != want.action {
+                    let key = self.keys.queued(me.urgency, &self.s.node);
+                    // a put keeps the key's create revision: the place in the queue
+                    session.conn.put(&key, queue_value.clone(), lease).await?;
+                    self.queued = Some((me, want.action));
+                }
+                let freed = std::mem::take(&mut self.freed);
+                match self.snapshot.clone() {
+                    Some(s) if !self.stale => s,
+                    // next in line and a slot freed: try it at once (no read first); a grant
+                    // that fails brings the fresh read with it
+                    Some(mut s) if s.ahead == 0 && !freed.is_empty() => {
+                        s.holders.retain(|h| !freed.contains(&h.index));
+                        s
+                    }
+                    _ => {
+                        session
+                            .conn
+                            .snapshot(&self.keys, &self.s.node, Some(&me), depth)
+                            .await?
+                    }
+                }
+            }
+        };
+        self.stale = false;
+        self.freed.clear();
+        for _ in 0..GRANT_ATTEMPTS {
+            let Some((me, _)) = self.queued else {
+                break;
+            };
+            if let Some(h) = snap.held_by(&self.s.node, lease) {
+                // granted, the answer lost on the way (or this read came first)
+                self.granted = Some(Grant {
+                    since: h
+                        .value
+                        .as_ref()
+                        .map_or_else(SystemTime::now, |v| v.granted_at),
+                    index: h.index,
+                    revision: h.create_revision,
+                });
+                self.queued = None;
+                break;
+            }
+            if snap.queued == Some(false) {
+                // the queue key is gone (deleted by hand): ask again, at the end of the queue
+                let (me, fresh) = session
+                    .conn
+                    .join(
+                        &self.keys,
+                        &self.s.node,
+                        want.urgency,
+                        queue_value.clone(),
+                        lease,
+                        depth,
+                    )
+                    .await?;
+                self.queued = Some((me, want.action));
+                snap = fresh;
                 continue;
             }
-            match admission {
-                Admission::Take {
-                    guard_mod_revision,
-                    create_revision,
-                } => {
+            match snap.next(self.s.max_disruptive) {
+                Next::Take { index, max } => {
                     let now = SystemTime::now();
-                    let holding = value(Phase::Holding, Some(now))?;
+                    let value = serde_json::to_vec(&HolderValue {
+                        node: self.s.node.clone(),
+                        action: want.action.name().to_owned(),
+                        urgency: want.urgency,
+                        since: want.since,
+                        granted_at: now,
+                    })
+                    .map_err(|e| FleetError::Protocol(e.to_string()))?;
                     match session
                         .conn
                         .grant(
-                            &key,
-                            holding.clone(),
+                            &self.keys,
+                            &self.s.node,
+                            &me,
+                            index,
+                            max,
+                            value.clone(),
                             lease,
-                            &guard,
-                            guard_mod_revision,
-                            create_revision,
+                            snap.revision,
+                            depth,
                         )
                         .await?
                     {
-                        Some(rev) => {
-                            copy.put(
-                                key.clone().into_bytes(),
-                                super::group::StoredKv {
-                                    value: holding,
-                                    create_revision,
-                                    mod_revision: rev,
-                                    lease,
-                                },
-                            );
-                            copy.put(
-                                guard.clone().into_bytes(),
-                                super::group::StoredKv {
-                                    value: Vec::new(),
-                                    create_revision: rev,
-                                    mod_revision: rev,
-                                    lease: 0,
-                                },
-                            );
-                            self.granted = Some((now, rev));
-                            self.queue = None;
-                            return Ok(());
+                        Ok(revision) => {
+                            snap.holders.push(Held {
+                                index,
+                                value: serde_json::from_slice(&value).ok(),
+                                create_revision: revision,
+                                lease,
+                            });
+                            snap.holders.sort_by_key(|h| h.index);
+                            snap.waiting = snap.waiting.saturating_sub(1);
+                            self.granted = Some(Grant {
+                                since: now,
+                                index,
+                                revision,
+                            });
+                            self.queued = None;
+                            break;
                         }
-                        None => {
-                            // another grant came first: look again at the group as it is
-                            let prefix = self.s.group_prefix();
-                            let fresh = session.conn.read_group(&prefix).await?;
-                            self.copy = Some(fresh);
-                        }
+                        Err(fresh) => snap = fresh,
                     }
                 }
-                Admission::Wait {
+                Next::Wait {
                     position,
                     holders,
                     max,
+                    watch,
                 } => {
                     self.queue = Some((position, holders, max));
-                    return Ok(());
-                }
-                Admission::Missing => {} // written just above
-                Admission::Holding => {
-                    if self.granted.is_none() {
-                        let slot = copy
-                            .read()
-                            .slots
-                            .into_iter()
-                            .find(|s| s.node == self.s.node);
-                        let since = slot
-                            .as_ref()
-                            .and_then(|s| s.value.as_ref())
-                            .and_then(|v| v.granted_at)
-                            .unwrap_or_else(SystemTime::now);
-                        let rev = copy.kvs.get(key.as_bytes()).map_or(0, |v| v.mod_revision);
-                        self.granted = Some((since, rev));
+                    let same = session.watch.as_ref().is_some_and(|(p, _)| *p == watch);
+                    if !same {
+                        session.watch = None;
+                        session.watch = session
+                            .conn
+                            .watch(&self.keys, &watch, snap.revision + 1)
+                            .await?
+                            .map(|w| (watch, w));
                     }
-                    self.queue = None;
-                    return Ok(());
+                    break;
                 }
             }
         }
+        if self.granted.is_some() {
+            session.watch = None;
+            self.queue = None;
+        }
+        self.snapshot = Some(snap);
         Ok(())
     }
 
@@ -489,6 +653,7 @@ impl Actor {
             .as_ref()
             .map_or_else(SystemTime::now, |(since, _)| *since);
         self.down = Some((since, e));
+        self.stale = true;
         // a held slot is presumed lost once the lease may have run out
         if self.granted.is_some() && self.last_ack.elapsed() > self.s.lease_ttl * 2 / 3 {
             self.granted = None;
@@ -502,14 +667,15 @@ impl Actor {
             let _ = session.conn.revoke(lease).await;
         }
         self.granted = None;
+        self.queued = None;
         self.want = None;
     }
 
     fn state(&self) -> SlotState {
-        if let Some((since, rev)) = self.granted {
+        if let Some(g) = self.granted {
             return SlotState::Granted {
-                since,
-                revision: rev,
+                since: g.since,
+                revision: g.revision,
             };
         }
         if let Some((since, e)) = &self.down {
@@ -538,8 +704,8 @@ impl Actor {
     fn publish(&self) {
         let reachable = self.down.is_none();
         let last_error = self.down.as_ref().map(|(_, e)| e.to_string());
-        let view = match &self.copy {
-            Some(c) => view_of(&self.s, &c.read(), reachable, last_error, self.expired),
+        let mut view = match &self.snapshot {
+            Some(snap) => view_of(&self.s, snap, reachable, last_error, self.expired),
             None => FleetView {
                 group: self.s.group.clone(),
                 reachable,
@@ -548,6 +714,7 @@ impl Actor {
                 ..FleetView::default()
             },
         };
+        view.health = self.health.clone();
         let state = self.state();
         self.tx.send_if_modified(|shared| {
             if shared.state == state && shared.view == view {

@@ -8,15 +8,16 @@ use std::time::Duration;
 
 use etcd_client::{
     Certificate, Client, Compare, CompareOp, ConnectOptions, GetOptions, Identity,
-    LeaseKeepAliveStream, LeaseKeeper, PutOptions, TlsOptions, Txn, TxnOp, WatchOptions,
-    WatchStream,
+    LeaseKeepAliveStream, LeaseKeeper, PutOptions, SortOrder, SortTarget, TlsOptions, Txn, TxnOp,
+    TxnOpResponse, WatchFilterType, WatchOptions, WatchStream,
 };
 use tokio::io::AsyncReadExt;
 use tokio_rustls::rustls;
 use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 
-use super::group::{GroupCopy, StoredKv};
+use super::Urgency;
+use super::group::{Held, Keys, RawKv, Snapshot, WatchPlan, prefix_end};
 use super::{FleetError, FleetSettings, TlsFiles};
 
 /// Where the system's CA bundle lives (Debian, then RHEL), used when `ca_file` is not set.
@@ -338,6 +339,15 @@ pub struct Connection {
     timeout: Duration,
 }
 
+/// This node's place in the queue: its queue key's urgency and create revision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Me {
+    /// The queue the key is in.
+    pub urgency: Urgency,
+    /// The key's create revision: its place in the queue.
+    pub create_revision: i64,
+}
+
 /// A lease's keep-alive stream.
 pub struct KeepAlive {
     /// Sends keep-alives.
@@ -386,33 +396,6 @@ impl Connection {
         })
     }
 
-    /// Every key of the group, at one revision.
-    pub async fn read_group(&mut self, prefix: &str) -> Result<GroupCopy, FleetError> {
-        let t = self.timeout;
-        let resp = bounded(
-            t,
-            "read the group",
-            self.client
-                .get(prefix, Some(GetOptions::new().with_prefix())),
-        )
-        .await?;
-        let revision = resp.header().map_or(0, |h| h.revision());
-        let mut copy = GroupCopy::new(prefix, revision);
-        for kv in resp.kvs() {
-            copy.put(
-                kv.key().to_vec(),
-                StoredKv {
-                    value: kv.value().to_vec(),
-                    create_revision: kv.create_revision(),
-                    mod_revision: kv.mod_revision(),
-                    lease: kv.lease(),
-                },
-            );
-        }
-        copy.revision = revision;
-        Ok(copy)
-    }
-
     /// A new lease of `ttl` and its keep-alive stream.
     pub async fn new_lease(&mut self, ttl: Duration) -> Result<(i64, KeepAlive), FleetError> {
         let t = self.timeout;
@@ -453,72 +436,357 @@ impl Connection {
         Ok(resp.header().map_or(0, |h| h.revision()))
     }
 
-    /// One key (None: absent).
-    pub async fn get(&mut self, key: &str) -> Result<Option<StoredKv>, FleetError> {
-        let t = self.timeout;
-        let resp = bounded(t, "read", self.client.get(key, None)).await?;
-        Ok(resp.kvs().first().map(|kv| StoredKv {
-            value: kv.value().to_vec(),
-            create_revision: kv.create_revision(),
-            mod_revision: kv.mod_revision(),
-            lease: kv.lease(),
-        }))
+    /// What a node needs of its group, in one read: see [`Connection::snapshot`].
+    ///
+    /// etcd 3.4 applies a range's create-revision filters after counting, so a count-only
+    /// read cannot count the waiters ahead: the keys ahead are read instead, nearest first
+    /// and at most `depth + 1` of them (the server scans the queue's index; the answer stays
+    /// small).
+    fn snapshot_ops(keys: &Keys, me: Option<&Me>, node: &str, depth: usize) -> Vec<TxnOp> {
+        let count = |prefix: String| {
+            TxnOp::get(
+                prefix,
+                Some(GetOptions::new().with_prefix().with_count_only()),
+            )
+        };
+        let nearest = |prefix: String, below: Option<i64>| {
+            // joining in this very transaction (`create_revision` 0): this node's own key is
+            // the newest, one more to read
+            let limit = depth + if below.is_none() { 2 } else { 1 };
+            let mut o = GetOptions::new()
+                .with_prefix()
+                .with_keys_only()
+                .with_sort(SortTarget::Create, SortOrder::Descend)
+                .with_limit(i64::try_from(limit).unwrap_or(i64::MAX));
+            if let Some(rev) = below.filter(|r| *r > 0) {
+                o = o.with_max_create_revision(rev - 1);
+            }
+            TxnOp::get(prefix, Some(o))
+        };
+        let mut ops = vec![
+            count(keys.members()),
+            TxnOp::get(keys.holders(), Some(GetOptions::new().with_prefix())),
+            count(keys.queues()),
+        ];
+        if let Some(me) = me {
+            ops.push(nearest(
+                keys.queue(me.urgency),
+                (me.create_revision > 0).then_some(me.create_revision),
+            ));
+            ops.push(count(keys.queue(Urgency::Emergency)));
+            ops.push(nearest(keys.queue(Urgency::Emergency), Some(0)));
+            ops.push(TxnOp::get(
+                keys.queued(me.urgency, node),
+                Some(GetOptions::new().with_keys_only()),
+            ));
+        }
+        ops
     }
 
-    /// Delete `key`; the revision of the delete.
-    pub async fn delete(&mut self, key: &str) -> Result<i64, FleetError> {
-        let t = self.timeout;
-        let resp = bounded(t, "delete", self.client.delete(key, None)).await?;
-        Ok(resp.header().map_or(0, |h| h.revision()))
+    /// Read the answers of [`Connection::snapshot_ops`].
+    fn snapshot_of(
+        keys: &Keys,
+        me: Option<&Me>,
+        node: &str,
+        revision: i64,
+        answers: &[TxnOpResponse],
+    ) -> Result<Snapshot, FleetError> {
+        let get = |i: usize| match answers.get(i) {
+            Some(TxnOpResponse::Get(g)) => Ok(g),
+            _ => Err(FleetError::Protocol(format!(
+                "the group read's answer {i} is missing"
+            ))),
+        };
+        let n = |i: usize| get(i).map(|g| usize::try_from(g.count()).unwrap_or(0));
+        let holders = get(1)?
+            .kvs()
+            .iter()
+            .filter_map(|kv| {
+                Held::parse(
+                    keys,
+                    RawKv {
+                        key: kv.key(),
+                        value: kv.value(),
+                        create_revision: kv.create_revision(),
+                        lease: kv.lease(),
+                    },
+                )
+            })
+            .collect();
+        let mut s = Snapshot {
+            revision,
+            members: n(0)?,
+            holders,
+            waiting: n(2)?,
+            ..Snapshot::default()
+        };
+        if let Some(me) = me {
+            let own = keys.queued(me.urgency, node);
+            s.nearest_ahead = get(3)?
+                .kvs()
+                .iter()
+                .map(|kv| kv.key())
+                .filter(|k| *k != own.as_bytes())
+                .map(<[u8]>::to_vec)
+                .collect();
+            s.ahead = s.nearest_ahead.len();
+            if me.urgency == Urgency::Planned {
+                s.ahead += n(4)?;
+                s.nearest_ahead
+                    .extend(get(5)?.kvs().iter().map(|kv| kv.key().to_vec()));
+            }
+            s.queued = Some(!get(6)?.kvs().is_empty());
+        }
+        Ok(s)
     }
 
-    /// The grant: turn `slot` into a holding slot and bump `guard`, if and only if no grant
-    /// came since `guard_mod_revision` and the slot key is still the one created at
-    /// `create_revision`. Some(revision) when granted, None when the compare failed.
-    pub async fn grant(
+    /// The group as a node needs it, at one revision: the live members and waiters (counted,
+    /// not read), the holders (at most `max` keys), and for a waiter (`me`) how many wait
+    /// ahead of it and the `depth` queue keys nearest ahead. Its size does not grow with the
+    /// group.
+    pub async fn snapshot(
         &mut self,
-        slot: &str,
+        keys: &Keys,
+        node: &str,
+        me: Option<&Me>,
+        depth: usize,
+    ) -> Result<Snapshot, FleetError> {
+        let t = self.timeout;
+        let txn = Txn::new().and_then(Self::snapshot_ops(keys, me, node, depth));
+        let resp = bounded(t, "read the group", self.client.txn(txn)).await?;
+        let revision = resp.header().map_or(0, |h| h.revision());
+        Self::snapshot_of(keys, me, node, revision, &resp.op_responses())
+    }
+
+    /// Join the queue in one transaction: write this node's queue key unless it is there
+    /// already, and read the group in the same call. The key's create revision (its place in
+    /// the queue) and the snapshot.
+    pub async fn join(
+        &mut self,
+        keys: &Keys,
+        node: &str,
+        urgency: Urgency,
         value: Vec<u8>,
         lease: i64,
-        guard: &str,
-        guard_mod_revision: i64,
-        create_revision: i64,
-    ) -> Result<Option<i64>, FleetError> {
+        depth: usize,
+    ) -> Result<(Me, Snapshot), FleetError> {
         let t = self.timeout;
+        let key = keys.queued(urgency, node);
+        // the read rides along: this node's key is the newest of its queue (create revision
+        // not known before the answer)
+        let joining = Me {
+            urgency,
+            create_revision: 0,
+        };
+        let mut ops = vec![TxnOp::put(
+            key.as_str(),
+            value,
+            Some(PutOptions::new().with_lease(lease)),
+        )];
+        ops.extend(Self::snapshot_ops(keys, Some(&joining), node, depth));
         let txn = Txn::new()
-            .when([
-                Compare::mod_revision(guard, CompareOp::Equal, guard_mod_revision),
-                Compare::create_revision(slot, CompareOp::Equal, create_revision),
-            ])
-            .and_then([
-                TxnOp::put(slot, value, Some(PutOptions::new().with_lease(lease))),
-                TxnOp::put(guard, Vec::new(), None),
-            ]);
-        let resp = bounded(t, "grant transaction", self.client.txn(txn)).await?;
+            .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
+            .and_then(ops)
+            .or_else([TxnOp::get(key.as_str(), None)]);
+        let resp = bounded(t, "join the queue", self.client.txn(txn)).await?;
         let revision = resp.header().map_or(0, |h| h.revision());
-        Ok(resp.succeeded().then_some(revision))
+        let answers = resp.op_responses();
+        if resp.succeeded() {
+            let me = Me {
+                urgency,
+                create_revision: revision,
+            };
+            let snapshot = Self::snapshot_of(
+                keys,
+                Some(&joining),
+                node,
+                revision,
+                answers.get(1..).unwrap_or(&[]),
+            )?;
+            return Ok((me, snapshot));
+        }
+        let create_revision = match answers.first() {
+            Some(TxnOpResponse::Get(g)) => g.kvs().first().map_or(0, |kv| kv.create_revision()),
+            _ => 0,
+        };
+        if create_revision == 0 {
+            return Err(FleetError::Protocol(format!(
+                "{key}: gone right after it was written"
+            )));
+        }
+        let me = Me {
+            urgency,
+            create_revision,
+        };
+        let snapshot = self.snapshot(keys, node, Some(&me), depth).await?;
+        Ok((me, snapshot))
     }
 
-    /// Watch the group from `from_revision`.
-    pub async fn watch(
+    /// The grant: take slot `index` of `max` in one transaction, if and only if the slot is
+    /// free, no holder sits at an index `>= max`, this node's queue key is still the one it
+    /// created, and (for a planned request) no emergency joined since `read_revision`.
+    /// Granted: the revision. Not granted: a fresh snapshot (read in the same call).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn grant(
         &mut self,
-        prefix: &str,
-        from_revision: i64,
-    ) -> Result<WatchStream, FleetError> {
+        keys: &Keys,
+        node: &str,
+        me: &Me,
+        index: usize,
+        max: usize,
+        value: Vec<u8>,
+        lease: i64,
+        read_revision: i64,
+        depth: usize,
+    ) -> Result<Result<i64, Snapshot>, FleetError> {
         let t = self.timeout;
-        bounded(
-            t,
-            "watch the group",
-            self.client.watch(
-                prefix,
+        let holder = keys.holder(index);
+        let queued = keys.queued(me.urgency, node);
+        let mut when = vec![
+            Compare::create_revision(holder.as_str(), CompareOp::Equal, 0),
+            Compare::create_revision(keys.holder(max), CompareOp::Equal, 0)
+                .with_range(prefix_end(&keys.holders())),
+            Compare::create_revision(queued.as_str(), CompareOp::Equal, me.create_revision),
+        ];
+        if me.urgency == Urgency::Planned {
+            when.push(
+                Compare::create_revision(
+                    keys.queue(Urgency::Emergency),
+                    CompareOp::Less,
+                    read_revision + 1,
+                )
+                .with_prefix(),
+            );
+        }
+        let txn = Txn::new()
+            .when(when)
+            .and_then([
+                TxnOp::put(
+                    holder.as_str(),
+                    value,
+                    Some(PutOptions::new().with_lease(lease)),
+                ),
+                TxnOp::delete(queued.as_str(), None),
+            ])
+            .or_else(Self::snapshot_ops(keys, Some(me), node, depth));
+        let resp = bounded(t, "grant transaction", self.client.txn(txn)).await?;
+        let revision = resp.header().map_or(0, |h| h.revision());
+        if resp.succeeded() {
+            return Ok(Ok(revision));
+        }
+        Self::snapshot_of(keys, Some(me), node, revision, &resp.op_responses()).map(Err)
+    }
+
+    /// Delete `key` if it is still the one created at `create_revision` (a release, a
+    /// withdrawn request: never someone else's key of the same name).
+    pub async fn delete_own(&mut self, key: &str, create_revision: i64) -> Result<(), FleetError> {
+        let t = self.timeout;
+        let txn = Txn::new()
+            .when([Compare::create_revision(
+                key,
+                CompareOp::Equal,
+                create_revision,
+            )])
+            .and_then([TxnOp::delete(key, None)]);
+        bounded(t, "delete", self.client.txn(txn)).await.map(|_| ())
+    }
+
+    /// Whether any member key changed since `revision` or the number of members is no longer
+    /// `count`: one small read (at most one key, and a count), so a repair that waits on the
+    /// storm guard does not read every member key again while nothing changed.
+    pub async fn members_changed(
+        &mut self,
+        keys: &Keys,
+        revision: i64,
+        count: usize,
+    ) -> Result<bool, FleetError> {
+        let t = self.timeout;
+        let prefix = keys.members();
+        let txn = Txn::new().and_then([
+            TxnOp::get(
+                prefix.as_str(),
                 Some(
-                    WatchOptions::new()
+                    GetOptions::new()
                         .with_prefix()
-                        .with_start_revision(from_revision),
+                        .with_keys_only()
+                        .with_min_mod_revision(revision + 1)
+                        .with_limit(1),
                 ),
             ),
+            TxnOp::get(
+                prefix.as_str(),
+                Some(GetOptions::new().with_prefix().with_count_only()),
+            ),
+        ]);
+        let resp = bounded(t, "look at the members", self.client.txn(txn)).await?;
+        let answers = resp.op_responses();
+        match (answers.first(), answers.get(1)) {
+            (Some(TxnOpResponse::Get(changed)), Some(TxnOpResponse::Get(n))) => {
+                Ok(!changed.kvs().is_empty() || usize::try_from(n.count()).ok() != Some(count))
+            }
+            _ => Err(FleetError::Protocol(
+                "the members' read has no answer".to_owned(),
+            )),
+        }
+    }
+
+    /// Every member key's node and value, and the revision of the read (the storm guard's
+    /// count; read only while a disruptive repair asks).
+    pub async fn members(
+        &mut self,
+        keys: &Keys,
+    ) -> Result<(i64, Vec<(String, Vec<u8>)>), FleetError> {
+        let t = self.timeout;
+        let prefix = keys.members();
+        let resp = bounded(
+            t,
+            "read the members",
+            self.client
+                .get(prefix.as_str(), Some(GetOptions::new().with_prefix())),
         )
-        .await
+        .await?;
+        let revision = resp.header().map_or(0, |h| h.revision());
+        let members = resp
+            .kvs()
+            .iter()
+            .filter_map(|kv| {
+                let node = keys.node_of(&prefix, kv.key())?;
+                Some((node.to_owned(), kv.value().to_vec()))
+            })
+            .collect();
+        Ok((revision, members))
+    }
+
+    /// Watch what `plan` names from `from_revision`: deletes only (a release, a waiter ahead
+    /// served or gone), nothing else of the group.
+    pub async fn watch(
+        &mut self,
+        keys: &Keys,
+        plan: &WatchPlan,
+        from_revision: i64,
+    ) -> Result<Option<WatchStream>, FleetError> {
+        let t = self.timeout;
+        let deletes = || {
+            WatchOptions::new()
+                .with_start_revision(from_revision)
+                .with_filters([WatchFilterType::NoPut])
+        };
+        let mut targets: Vec<(Vec<u8>, WatchOptions)> = Vec::new();
+        if plan.releases {
+            targets.push((keys.holders().into_bytes(), deletes().with_prefix()));
+        }
+        if let Some(key) = &plan.key {
+            targets.push((key.clone(), deletes()));
+        }
+        let mut targets = targets.into_iter();
+        let Some((key, options)) = targets.next() else {
+            return Ok(None);
+        };
+        let mut stream = bounded(t, "watch", self.client.watch(key, Some(options))).await?;
+        for (key, options) in targets {
+            bounded(t, "watch", stream.watch(key, Some(options))).await?;
+        }
+        Ok(Some(stream))
     }
 
     /// Revoke `lease` (its keys go at once).

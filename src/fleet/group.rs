@@ -1,15 +1,22 @@
-//! A group as one etcd read shows it, and who may take a slot next. Pure.
+//! A group's keys, their values, a group as one read shows it, and what a waiter does next.
+//! Pure.
 //!
-//! Keys under `<prefix>/<group>/`:
-//! - `members/<node>`: one per live daemon, on its lease;
-//! - `slots/<node>`: one per node that waits for or holds a slot, on the same lease
-//!   ([`SlotValue`], JSON);
-//! - `guard`: rewritten by every grant, so that a grant's transaction, compared on the guard's
-//!   `mod_revision` from the read it was decided on, fails when any other grant came between.
+//! Keys under `<prefix>/<group>/`, all on the lease of the node that wrote them:
+//! - `members/<node>`: one per live daemon ([`MemberValue`], JSON); it carries the findings the
+//!   node acts on (the storm guard counts them, [`super::storm`]);
+//! - `queue/emergency/<node>`, `queue/planned/<node>`: one per node that waits for a slot
+//!   ([`QueueValue`]); the queue's order is (emergency first, then the key's create revision);
+//! - `holders/<index>`: one per slot held, `index` zero-padded in `0..max`
+//!   ([`HolderValue`]).
 //!
-//! Releases and lease expiries only delete slot keys: they lower the count, so a grant decided
-//! on an older read stays within the budget. A slot value that cannot be read is counted as
-//! held (someone may be acting; never hand out its slot).
+//! A grant is one transaction that succeeds only if `holders/<index>` does not exist, no
+//! `holders/` key at an index `>= max` exists, the waiter's queue key is still the one it
+//! created, and (for a planned request) no emergency joined the queue since the read the
+//! grant was decided on; it writes `holders/<index>` and deletes the queue key. Since every
+//! index below `max` can be held by one key only, etcd's history never shows more than `max`
+//! holders, whatever the waiters believed; a shrunk budget (a share of fewer members) blocks
+//! every grant until the holders above it are gone. Nothing is rewritten by every grant, so
+//! grants of different slots never fail each other's transactions.
 
 use std::time::SystemTime;
 
@@ -20,24 +27,99 @@ use super::Urgency;
 
 /// The key segment of member keys.
 pub const MEMBERS: &str = "members/";
-/// The key segment of slot keys.
-pub const SLOTS: &str = "slots/";
-/// The guard key's name.
-pub const GUARD: &str = "guard";
+/// The key segment of holder keys.
+pub const HOLDERS: &str = "holders/";
+/// The key segment of every queue key.
+pub const QUEUE: &str = "queue/";
+/// The digits of a holder key's index.
+const INDEX_WIDTH: usize = 6;
 
-/// Where a slot request stands, as written in its key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Phase {
-    /// Queued.
-    Waiting,
-    /// Granted: the node is in a disruptive repair.
-    Holding,
+/// The keys of one group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Keys {
+    prefix: String,
 }
 
-/// The value of `slots/<node>`.
+impl Keys {
+    /// The keys under `group_prefix` (`<prefix>/<group>/`).
+    pub fn new(group_prefix: &str) -> Keys {
+        let mut prefix = group_prefix.to_owned();
+        if !prefix.ends_with('/') {
+            prefix.push('/');
+        }
+        Keys { prefix }
+    }
+
+    /// `<prefix>/<group>/`.
+    pub fn group(&self) -> &str {
+        &self.prefix
+    }
+
+    /// Every member key's prefix.
+    pub fn members(&self) -> String {
+        format!("{}{MEMBERS}", self.prefix)
+    }
+
+    /// `node`'s member key.
+    pub fn member(&self, node: &str) -> String {
+        format!("{}{MEMBERS}{node}", self.prefix)
+    }
+
+    /// Every holder key's prefix.
+    pub fn holders(&self) -> String {
+        format!("{}{HOLDERS}", self.prefix)
+    }
+
+    /// The holder key of slot `index`.
+    pub fn holder(&self, index: usize) -> String {
+        format!("{}{HOLDERS}{index:0INDEX_WIDTH$}", self.prefix)
+    }
+
+    /// The queue of one urgency (a prefix).
+    pub fn queue(&self, urgency: Urgency) -> String {
+        match urgency {
+            Urgency::Emergency => format!("{}{QUEUE}emergency/", self.prefix),
+            Urgency::Planned => format!("{}{QUEUE}planned/", self.prefix),
+        }
+    }
+
+    /// Every queue key's prefix.
+    pub fn queues(&self) -> String {
+        format!("{}{QUEUE}", self.prefix)
+    }
+
+    /// `node`'s queue key for `urgency`.
+    pub fn queued(&self, urgency: Urgency, node: &str) -> String {
+        format!("{}{node}", self.queue(urgency))
+    }
+
+    /// The index of a holder key (None: not a holder key of this group).
+    pub fn index_of(&self, key: &[u8]) -> Option<usize> {
+        let rest = key.strip_prefix(self.holders().as_bytes())?;
+        std::str::from_utf8(rest).ok()?.parse().ok()
+    }
+
+    /// The node of a key under a prefix of this group (`members/`, a queue).
+    pub fn node_of<'a>(&self, prefix: &str, key: &'a [u8]) -> Option<&'a str> {
+        std::str::from_utf8(key.strip_prefix(prefix.as_bytes())?).ok()
+    }
+}
+
+/// The end of the range of every key starting with `prefix` (etcd's `WithPrefix`).
+pub fn prefix_end(prefix: &str) -> Vec<u8> {
+    let mut end = prefix.as_bytes().to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
+/// The value of a queue key.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SlotValue {
+pub struct QueueValue {
     /// The node.
     pub node: String,
     /// The action the slot is for (the contract's name).
@@ -47,14 +129,26 @@ pub struct SlotValue {
     /// Since when the node asks.
     #[serde(with = "crate::clock::time_format")]
     pub since: SystemTime,
-    /// Waiting or holding.
-    pub state: Phase,
-    /// When the slot was granted.
-    #[serde(default, with = "crate::clock::time_format::option")]
-    pub granted_at: Option<SystemTime>,
 }
 
-/// The value of `members/<node>`.
+/// The value of a holder key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HolderValue {
+    /// The node.
+    pub node: String,
+    /// The action the slot is for.
+    pub action: String,
+    /// Emergency cure or planned reexec.
+    pub urgency: Urgency,
+    /// Since when the node asked.
+    #[serde(with = "crate::clock::time_format")]
+    pub since: SystemTime,
+    /// When the slot was granted.
+    #[serde(with = "crate::clock::time_format")]
+    pub granted_at: SystemTime,
+}
+
+/// The value of `members/<node>` as this daemon writes it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MemberValue {
     /// The node.
@@ -64,6 +158,24 @@ pub struct MemberValue {
     pub since: SystemTime,
     /// pleg-guard's version.
     pub version: String,
+    /// The findings this node acts on now (the storm guard counts members that report any).
+    pub findings: Vec<String>,
+}
+
+/// What the storm guard reads from any member key: `{"node":"n1","findings":[...]}` is all a
+/// member needs to write (other fields are ignored; no `findings`: none).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+pub struct MemberFindings {
+    /// The findings the member acts on.
+    #[serde(default)]
+    pub findings: Vec<String>,
+}
+
+impl MemberFindings {
+    /// A member key's value (an unreadable one reports nothing).
+    pub fn parse(value: &[u8]) -> MemberFindings {
+        serde_json::from_slice(value).unwrap_or_default()
+    }
 }
 
 /// One key as etcd returned it.
@@ -75,408 +187,297 @@ pub struct RawKv<'a> {
     pub value: &'a [u8],
     /// The revision that created the key.
     pub create_revision: i64,
-    /// The revision that last changed it.
-    pub mod_revision: i64,
     /// Its lease (0: none).
     pub lease: i64,
 }
 
-/// A slot key.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Slot {
-    /// The node (from the key).
-    pub node: String,
-    /// The value, or None when it cannot be read (counted as holding).
-    pub value: Option<SlotValue>,
-    /// Its create revision: the queue order.
+/// A slot held.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Held {
+    /// The slot's index.
+    pub index: usize,
+    /// The value, or None when it cannot be read (still a held slot).
+    pub value: Option<HolderValue>,
+    /// The key's create revision: the grant's revision.
     pub create_revision: i64,
     /// Its lease.
     pub lease: i64,
 }
 
-impl Slot {
-    /// Whether this slot counts against the budget.
-    pub fn holding(&self) -> bool {
-        self.value
-            .as_ref()
-            .is_none_or(|v| v.state == Phase::Holding)
-    }
-
-    fn urgency(&self) -> Urgency {
-        self.value.as_ref().map_or(Urgency::Planned, |v| v.urgency)
+impl Held {
+    /// From a key under `holders/` (None: not a holder key).
+    pub fn parse(keys: &Keys, kv: RawKv<'_>) -> Option<Held> {
+        Some(Held {
+            index: keys.index_of(kv.key)?,
+            value: serde_json::from_slice(kv.value).ok(),
+            create_revision: kv.create_revision,
+            lease: kv.lease,
+        })
     }
 }
 
-/// The group at one revision.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct GroupRead {
+/// The group at one revision, as far as one waiter (or an idle member) needs it: counts, the
+/// holders (at most `max` of them), and the few queue keys just ahead of the waiter.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Snapshot {
     /// The revision of the read.
     pub revision: i64,
-    /// The guard key's mod revision (0: no grant yet).
-    pub guard_mod_revision: i64,
-    /// Live members' names.
-    pub members: Vec<String>,
-    /// Every slot key.
-    pub slots: Vec<Slot>,
+    /// Live members.
+    pub members: usize,
+    /// The slots held, by index.
+    pub holders: Vec<Held>,
+    /// Every waiter in the group.
+    pub waiting: usize,
+    /// Waiters ahead of this node (0 when it does not wait); a lower bound when more wait
+    /// ahead than were read (`nearest_ahead` full).
+    pub ahead: usize,
+    /// The queue keys ahead of this node, nearest first (at most as many as were asked for).
+    pub nearest_ahead: Vec<Vec<u8>>,
+    /// Whether this node's queue key is there (None: it was not asked about).
+    pub queued: Option<bool>,
 }
 
-/// What this node may do with its request, by one read.
+/// What a waiter watches until something may have changed for it: etcd sends it a message
+/// only for these (deletes only), never for the rest of the group.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct WatchPlan {
+    /// The holder keys (a slot freed).
+    pub releases: bool,
+    /// One queue key ahead (its waiter was served or left).
+    pub key: Option<Vec<u8>>,
+}
+
+/// What a waiter does next, by one snapshot.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Admission {
-    /// Try to take a slot: a grant transaction compared on these revisions.
+pub enum Next {
+    /// Take slot `index` (the budget is `max` now).
     Take {
-        /// The guard's mod revision in the read.
-        guard_mod_revision: i64,
-        /// This node's slot key's create revision.
-        create_revision: i64,
+        /// The free index that goes to this waiter.
+        index: usize,
+        /// The slots in the group now.
+        max: usize,
     },
-    /// Wait: the group is full, or others are ahead.
+    /// Wait, watching `watch`.
     Wait {
-        /// Waiters ahead of this node that the free slots go to first.
+        /// Waiters ahead of this node.
         position: usize,
         /// Slots held.
         holders: usize,
         /// Slots in the group.
         max: usize,
+        /// What to watch meanwhile.
+        watch: WatchPlan,
     },
-    /// This node already holds its slot.
-    Holding,
-    /// This node's slot key is not there (or is on another lease): write it again.
-    Missing,
 }
 
-impl GroupRead {
-    /// Build from the keys under `group_prefix` (which ends in `/`); keys outside it are
-    /// ignored.
-    pub fn parse<'a>(
-        group_prefix: &str,
-        revision: i64,
-        kvs: impl IntoIterator<Item = RawKv<'a>>,
-    ) -> GroupRead {
-        let mut read = GroupRead {
-            revision,
-            ..GroupRead::default()
-        };
-        for kv in kvs {
-            let Some(rest) = kv.key.strip_prefix(group_prefix.as_bytes()) else {
-                continue;
-            };
-            let Ok(rest) = std::str::from_utf8(rest) else {
-                continue;
-            };
-            if rest == GUARD {
-                read.guard_mod_revision = kv.mod_revision;
-            } else if let Some(node) = rest.strip_prefix(MEMBERS) {
-                read.members.push(node.to_owned());
-            } else if let Some(node) = rest.strip_prefix(SLOTS) {
-                read.slots.push(Slot {
-                    node: node.to_owned(),
-                    value: serde_json::from_slice(kv.value).ok(),
-                    create_revision: kv.create_revision,
-                    lease: kv.lease,
-                });
+impl Snapshot {
+    /// The group's slots now: a share is of the live members.
+    pub fn max(&self, budget: MaxDisruptive) -> usize {
+        budget.slots(self.members)
+    }
+
+    /// The slot `node` holds on `lease` (a grant whose answer was lost shows here).
+    pub fn held_by(&self, node: &str, lease: i64) -> Option<&Held> {
+        self.holders
+            .iter()
+            .find(|h| h.lease == lease && h.value.as_ref().is_some_and(|v| v.node == node))
+    }
+
+    /// What a waiter `ahead` of whom this snapshot counted does next. The free indices below
+    /// `max` go to the first waiters in order, the `n`-th waiter taking the `n`-th free index,
+    /// so waiters with the same snapshot never race for one slot. While any holder sits at an
+    /// index `>= max` (the budget shrank) nobody takes a slot. A waiter among the first `max`
+    /// watches the releases and its predecessor; one further back watches the waiter `max`
+    /// places ahead of it, the one whose turn makes room among the first `max`.
+    pub fn next(&self, budget: MaxDisruptive) -> Next {
+        let max = self.max(budget);
+        let blocked = self.holders.iter().any(|h| h.index >= max);
+        let free: Vec<usize> = (0..max)
+            .filter(|i| !self.holders.iter().any(|h| h.index == *i))
+            .take(self.ahead + 1)
+            .collect();
+        if !blocked {
+            if let Some(&index) = free.get(self.ahead) {
+                return Next::Take { index, max };
             }
         }
-        read.members.sort();
-        read.slots.sort_by_key(|s| s.create_revision);
-        read
-    }
-
-    /// The slots held now.
-    pub fn holders(&self) -> impl Iterator<Item = &Slot> {
-        self.slots.iter().filter(|s| s.holding())
-    }
-
-    /// The waiters in the order slots go to them: emergency cures first, then first come.
-    pub fn queue(&self) -> Vec<&Slot> {
-        let mut q: Vec<&Slot> = self.slots.iter().filter(|s| !s.holding()).collect();
-        q.sort_by_key(|s| (s.urgency() != Urgency::Emergency, s.create_revision));
-        q
-    }
-
-    /// The group's slots now: a share is of the live members (this node counts once it is a
-    /// member).
-    pub fn max(&self, budget: MaxDisruptive) -> usize {
-        budget.slots(self.members.len())
-    }
-
-    /// Whether `node` (whose keys are on `lease`) may take a slot now.
-    pub fn admission(&self, node: &str, lease: i64, budget: MaxDisruptive) -> Admission {
-        let Some(mine) = self
-            .slots
-            .iter()
-            .find(|s| s.node == node && s.lease == lease)
-        else {
-            return Admission::Missing;
-        };
-        if mine.holding() {
-            return Admission::Holding;
-        }
-        let holders = self.holders().count();
-        let max = self.max(budget);
-        let position = self
-            .queue()
-            .iter()
-            .position(|s| s.node == node)
-            .unwrap_or(0);
-        if holders < max && position < max - holders {
-            Admission::Take {
-                guard_mod_revision: self.guard_mod_revision,
-                create_revision: mine.create_revision,
+        let watch = if self.ahead < max {
+            WatchPlan {
+                releases: true,
+                key: self.nearest_ahead.first().cloned(),
             }
         } else {
-            Admission::Wait {
-                position,
-                holders,
-                max,
+            WatchPlan {
+                releases: false,
+                key: self
+                    .nearest_ahead
+                    .get(max - 1)
+                    .or(self.nearest_ahead.last())
+                    .cloned(),
             }
+        };
+        Next::Wait {
+            position: self.ahead,
+            holders: self.holders.len(),
+            max,
+            watch,
         }
-    }
-}
-
-/// One key as this node keeps it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StoredKv {
-    /// The value.
-    pub value: Vec<u8>,
-    /// The revision that created the key.
-    pub create_revision: i64,
-    /// The revision that last changed it.
-    pub mod_revision: i64,
-    /// Its lease (0: none).
-    pub lease: i64,
-}
-
-/// This node's copy of a group's keys: one read, then kept current from the watch.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct GroupCopy {
-    /// `<prefix>/<group>/`.
-    pub prefix: String,
-    /// The newest revision applied.
-    pub revision: i64,
-    /// The keys.
-    pub kvs: std::collections::BTreeMap<Vec<u8>, StoredKv>,
-}
-
-impl GroupCopy {
-    /// An empty copy at `revision`.
-    pub fn new(prefix: &str, revision: i64) -> GroupCopy {
-        GroupCopy {
-            prefix: prefix.to_owned(),
-            revision,
-            kvs: Default::default(),
-        }
-    }
-
-    /// A key written (by a watch event, or by this node's own call): kept unless the copy
-    /// already has a newer version of it.
-    pub fn put(&mut self, key: Vec<u8>, kv: StoredKv) {
-        self.revision = self.revision.max(kv.mod_revision);
-        match self.kvs.get(&key) {
-            Some(old) if old.mod_revision > kv.mod_revision => {}
-            _ => {
-                self.kvs.insert(key, kv);
-            }
-        }
-    }
-
-    /// A key deleted at `revision` (a release or a lease expiry).
-    pub fn delete(&mut self, key: &[u8], revision: i64) {
-        self.revision = self.revision.max(revision);
-        if self
-            .kvs
-            .get(key)
-            .is_some_and(|old| old.mod_revision <= revision)
-        {
-            self.kvs.remove(key);
-        }
-    }
-
-    /// The group as the copy shows it now.
-    pub fn read(&self) -> GroupRead {
-        GroupRead::parse(
-            &self.prefix,
-            self.revision,
-            self.kvs.iter().map(|(k, v)| RawKv {
-                key: k,
-                value: &v.value,
-                create_revision: v.create_revision,
-                mod_revision: v.mod_revision,
-                lease: v.lease,
-            }),
-        )
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::num::NonZeroU32;
     use std::time::Duration;
 
     const P: &str = "/pg/default/";
 
-    fn slot(node: &str, state: Phase, urgency: Urgency) -> Vec<u8> {
-        serde_json::to_vec(&SlotValue {
-            node: node.to_owned(),
-            action: "restart-kubelet".to_owned(),
-            urgency,
-            since: SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000),
-            state,
-            granted_at: None,
-        })
-        .unwrap_or_default()
-    }
-
-    struct Keys(Vec<(String, Vec<u8>, i64, i64)>);
-
-    impl Keys {
-        fn new() -> Self {
-            Keys(Vec::new())
-        }
-        fn member(mut self, n: &str) -> Self {
-            self.0
-                .push((format!("{P}members/{n}"), b"{}".to_vec(), 1, 1));
-            self
-        }
-        fn slot(mut self, n: &str, rev: i64, state: Phase, u: Urgency) -> Self {
-            self.0
-                .push((format!("{P}slots/{n}"), slot(n, state, u), rev, 7));
-            self
-        }
-        fn raw(mut self, key: &str, value: &[u8], rev: i64) -> Self {
-            self.0.push((key.to_owned(), value.to_vec(), rev, 7));
-            self
-        }
-        fn read(&self) -> GroupRead {
-            GroupRead::parse(
-                P,
-                100,
-                self.0.iter().map(|(k, v, r, l)| RawKv {
-                    key: k.as_bytes(),
-                    value: v,
-                    create_revision: *r,
-                    mod_revision: *r,
-                    lease: *l,
-                }),
-            )
-        }
-    }
-
     fn count(n: u32) -> MaxDisruptive {
-        MaxDisruptive::Count(std::num::NonZeroU32::new(n).unwrap_or(std::num::NonZeroU32::MIN))
+        MaxDisruptive::Count(NonZeroU32::new(n).unwrap_or(NonZeroU32::MIN))
     }
 
-    #[test]
-    fn first_come_takes_the_free_slot_and_the_next_waits() {
-        let r = Keys::new()
-            .member("a")
-            .member("b")
-            .slot("b", 11, Phase::Waiting, Urgency::Planned)
-            .slot("a", 10, Phase::Waiting, Urgency::Planned)
-            .raw("/pg/default/guard", b"", 5)
-            .read();
-        assert_eq!(
-            r.admission("a", 7, count(1)),
-            Admission::Take {
-                guard_mod_revision: 5,
-                create_revision: 10
-            }
-        );
-        assert_eq!(
-            r.admission("b", 7, count(1)),
-            Admission::Wait {
-                position: 1,
-                holders: 0,
-                max: 1
-            }
-        );
-    }
-
-    #[test]
-    fn a_full_group_makes_everyone_wait_and_emergencies_go_first() {
-        let r = Keys::new()
-            .slot("h", 1, Phase::Holding, Urgency::Planned)
-            .slot("p", 2, Phase::Waiting, Urgency::Planned)
-            .slot("e", 3, Phase::Waiting, Urgency::Emergency)
-            .read();
-        assert_eq!(
-            r.admission("e", 7, count(1)),
-            Admission::Wait {
-                position: 0,
-                holders: 1,
-                max: 1
-            }
-        );
-        assert!(matches!(
-            r.admission("e", 7, count(2)),
-            Admission::Take { .. }
-        ));
-        assert!(matches!(
-            r.admission("p", 7, count(2)),
-            Admission::Wait { position: 1, .. }
-        ));
-        assert_eq!(r.admission("h", 7, count(2)), Admission::Holding);
-    }
-
-    #[test]
-    fn an_unreadable_slot_counts_as_held() {
-        let r = Keys::new()
-            .raw("/pg/default/slots/x", b"not json", 1)
-            .slot("a", 2, Phase::Waiting, Urgency::Emergency)
-            .read();
-        assert_eq!(r.holders().count(), 1);
-        assert!(matches!(
-            r.admission("a", 7, count(1)),
-            Admission::Wait { holders: 1, .. }
-        ));
-    }
-
-    #[test]
-    fn a_share_is_of_the_live_members() {
-        let mut k = Keys::new();
-        for n in ["a", "b", "c", "d"] {
-            k = k.member(n);
+    fn holder(node: &str, index: usize, lease: i64) -> Held {
+        Held {
+            index,
+            value: Some(HolderValue {
+                node: node.to_owned(),
+                action: "restart-kubelet".to_owned(),
+                urgency: Urgency::Planned,
+                since: SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000),
+                granted_at: SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_001),
+            }),
+            create_revision: 9,
+            lease,
         }
-        let r = k.read();
-        assert_eq!(r.max(MaxDisruptive::Percent(50)), 2);
-        let r = Keys::new().member("a").member("b").read();
-        assert_eq!(r.max(MaxDisruptive::Percent(50)), 1);
-        assert_eq!(Keys::new().read().max(MaxDisruptive::Percent(5)), 1);
+    }
+
+    fn snap(members: usize, holders: Vec<Held>, ahead: usize) -> Snapshot {
+        Snapshot {
+            revision: 100,
+            members,
+            holders,
+            waiting: ahead + 1,
+            ahead,
+            nearest_ahead: (0..ahead.min(5))
+                .map(|i| format!("{P}queue/planned/w{}", ahead - 1 - i).into_bytes())
+                .collect(),
+            queued: Some(true),
+        }
     }
 
     #[test]
-    fn a_key_on_another_lease_or_outside_the_group_is_not_mine() {
-        let r = Keys::new()
-            .slot("a", 2, Phase::Waiting, Urgency::Planned)
-            .raw("/pg/other/slots/b", b"{}", 3)
-            .read();
-        assert_eq!(r.slots.len(), 1);
-        assert_eq!(r.admission("a", 8, count(1)), Admission::Missing);
-        assert_eq!(r.admission("b", 7, count(1)), Admission::Missing);
-    }
-
-    #[test]
-    fn the_copy_keeps_the_newest_version_of_each_key() {
-        let kv = |rev: i64| StoredKv {
-            value: format!("v{rev}").into_bytes(),
-            create_revision: 3,
-            mod_revision: rev,
-            lease: 7,
-        };
-        let mut c = GroupCopy::new(P, 2);
-        c.put(b"/pg/default/members/a".to_vec(), kv(5));
-        c.put(b"/pg/default/members/a".to_vec(), kv(4));
-        assert_eq!(c.kvs[&b"/pg/default/members/a".to_vec()].mod_revision, 5);
-        c.delete(b"/pg/default/members/a", 4);
+    fn keys_sort_and_parse() {
+        let k = Keys::new("/pg/default");
+        assert_eq!(k.holder(3), "/pg/default/holders/000003");
+        assert_eq!(k.index_of(b"/pg/default/holders/000012"), Some(12));
+        assert_eq!(k.index_of(b"/pg/other/holders/000012"), None);
+        assert!(k.holder(9) < k.holder(10), "indices sort as numbers");
         assert_eq!(
-            c.kvs.len(),
-            1,
-            "a delete older than the key's version is stale"
+            k.queued(Urgency::Emergency, "n1"),
+            "/pg/default/queue/emergency/n1"
         );
-        c.delete(b"/pg/default/members/a", 6);
-        assert!(c.kvs.is_empty());
-        assert_eq!(c.revision, 6);
-        c.put(b"/pg/default/members/b".to_vec(), kv(8));
-        assert_eq!(c.read().members, vec!["b".to_owned()]);
+        assert_eq!(prefix_end("/pg/default/holders/"), b"/pg/default/holders0");
+        assert_eq!(
+            k.node_of(&k.members(), b"/pg/default/members/n7"),
+            Some("n7")
+        );
+    }
+
+    #[test]
+    fn the_nth_waiter_takes_the_nth_free_slot() {
+        let s = snap(10, vec![holder("h", 1, 7)], 0);
+        assert_eq!(s.next(count(3)), Next::Take { index: 0, max: 3 });
+        let s = snap(10, vec![holder("h", 1, 7)], 1);
+        assert_eq!(s.next(count(3)), Next::Take { index: 2, max: 3 });
+        let s = snap(10, vec![holder("h", 1, 7)], 2);
+        assert!(matches!(
+            s.next(count(3)),
+            Next::Wait {
+                position: 2,
+                holders: 1,
+                max: 3,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_full_group_makes_the_first_max_watch_releases_and_the_rest_a_key_max_ahead() {
+        let full = vec![holder("a", 0, 7), holder("b", 1, 7)];
+        let Next::Wait { watch, .. } = snap(10, full.clone(), 0).next(count(2)) else {
+            panic!()
+        };
+        assert_eq!(
+            watch,
+            WatchPlan {
+                releases: true,
+                key: None
+            }
+        );
+        let Next::Wait { watch, .. } = snap(10, full.clone(), 1).next(count(2)) else {
+            panic!()
+        };
+        assert!(watch.releases);
+        assert_eq!(
+            watch.key.as_deref(),
+            Some(&b"/pg/default/queue/planned/w0"[..])
+        );
+        // position 4, max 2: the waiter at position 2 (two ahead) is the one to watch
+        let Next::Wait { watch, .. } = snap(10, full, 4).next(count(2)) else {
+            panic!()
+        };
+        assert!(!watch.releases);
+        assert_eq!(
+            watch.key.as_deref(),
+            Some(&b"/pg/default/queue/planned/w2"[..])
+        );
+    }
+
+    #[test]
+    fn a_holder_above_a_shrunk_budget_blocks_every_grant() {
+        // 50% of 4 members was 2 slots; two members left: 1 slot, and index 1 still held
+        let s = snap(2, vec![holder("b", 1, 7)], 0);
+        assert!(matches!(
+            s.next(MaxDisruptive::Percent(50)),
+            Next::Wait { max: 1, .. }
+        ));
+        let s = snap(4, vec![holder("b", 1, 7)], 0);
+        assert_eq!(
+            s.next(MaxDisruptive::Percent(50)),
+            Next::Take { index: 0, max: 2 }
+        );
+        assert_eq!(snap(0, vec![], 0).max(MaxDisruptive::Percent(5)), 1);
+    }
+
+    #[test]
+    fn a_lost_grant_is_found_by_node_and_lease() {
+        let s = snap(3, vec![holder("a", 0, 7), holder("b", 1, 8)], 0);
+        assert_eq!(s.held_by("b", 8).map(|h| h.index), Some(1));
+        assert_eq!(s.held_by("b", 7), None, "another lease: not this daemon's");
+        let unreadable = Held {
+            index: 2,
+            value: None,
+            create_revision: 1,
+            lease: 8,
+        };
+        let s = snap(3, vec![unreadable], 0);
+        assert_eq!(s.held_by("b", 8), None);
+        assert!(
+            matches!(s.next(count(1)), Next::Wait { .. }),
+            "an unreadable holder at index 2 still blocks a budget of 1"
+        );
+    }
+
+    #[test]
+    fn member_findings_are_read_leniently() {
+        let f = MemberFindings::parse(br#"{"node":"n1","findings":["logind-unresponsive"]}"#);
+        assert_eq!(f.findings, ["logind-unresponsive"]);
+        assert!(
+            MemberFindings::parse(br#"{"node":"n1"}"#)
+                .findings
+                .is_empty()
+        );
+        assert!(MemberFindings::parse(b"garbage").findings.is_empty());
     }
 }

@@ -1,12 +1,12 @@
 //! The fleet-wide disruption budget kept in etcd (issue 21): a pool never has more than
 //! `max_disruptive` nodes in a disruptive repair at once.
 //!
-//! - [`group`]: the keys of a group and who may take a slot next (pure);
+//! - [`group`]: the keys of a group, their values, and what a waiter does next (pure);
 //! - [`policy`]: when an action waits for its slot and when it acts without one (pure);
 //! - [`etcd`]: the typed edge to etcd (connect, TLS and auth checks, errors by kind);
 //! - [`settings`]: the `[fleet]` settings and what makes each value valid;
-//! - [`actor`]: the task that keeps this node's lease, member key, slot request and a watched
-//!   copy of the group;
+//! - [`actor`]: the task that keeps this node's lease and member key, and asks for, waits for
+//!   and gives back its slot;
 //! - this file: [`Fleet`], the handle the daemon holds (it never blocks on etcd), and the
 //!   types the others share.
 
@@ -15,6 +15,7 @@ pub mod etcd;
 pub mod group;
 pub mod policy;
 pub mod settings;
+pub mod storm;
 
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
@@ -101,6 +102,22 @@ pub struct FleetView {
     pub last_error: Option<String>,
     /// Grants this node lost without releasing them (its lease expired while it held a slot).
     pub expired: u64,
+    /// The group's health as its member keys said at the latest read (None: not read; it is
+    /// read only while this node asks for a disruptive repair).
+    pub health: Option<GroupHealth>,
+}
+
+/// The group's health, for the storm guard ([`storm`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupHealth {
+    /// Live members.
+    pub members: usize,
+    /// Members reporting findings that need a repair (none exempt), by name.
+    pub unhealthy: Vec<String>,
+    /// Whether that is a storm under `max_unhealthy`.
+    pub storming: bool,
+    /// When it was read.
+    pub read_at: SystemTime,
 }
 
 /// TLS files for etcd.
@@ -135,6 +152,10 @@ pub struct FleetSettings {
     pub tls: Option<TlsFiles>,
     /// etcd user and password.
     pub auth: Option<(String, String)>,
+    /// The storm guard's threshold.
+    pub max_unhealthy: storm::MaxUnhealthy,
+    /// The findings proven local to a node (its members reporting them do not count).
+    pub storm_exempt: Vec<String>,
 }
 
 impl std::fmt::Debug for FleetSettings {
@@ -181,6 +202,8 @@ impl FleetSettings {
             request_timeout,
             tls,
             auth,
+            max_unhealthy: c.max_unhealthy,
+            storm_exempt: c.storm_exempt.clone(),
         })
     }
 
@@ -233,6 +256,8 @@ pub(crate) struct Shared {
 pub(crate) enum Command {
     Request(ActionKind, Urgency),
     Release,
+    Findings(Vec<String>),
+    ReadHealth,
     Shutdown(oneshot::Sender<()>),
 }
 
@@ -277,14 +302,37 @@ impl Fleet {
     pub async fn check(settings: &FleetSettings) -> Result<FleetView, FleetError> {
         let tls = etcd::TlsMaterial::load(settings.tls.as_ref())?;
         let mut conn = etcd::Connection::open(settings, &tls).await?;
-        let read = conn.read_group(&settings.group_prefix()).await?;
-        Ok(actor::view_of(settings, &read.read(), true, None, 0))
+        let keys = group::Keys::new(&settings.group_prefix());
+        let snap = conn
+            .snapshot(
+                &keys,
+                &settings.node,
+                None,
+                settings.max_disruptive.slots(0),
+            )
+            .await?;
+        let mut view = actor::view_of(settings, &snap, true, None, 0);
+        if settings.max_unhealthy != storm::MaxUnhealthy::Off {
+            let (_, members) = conn.members(&keys).await?;
+            view.health = Some(actor::health_of(settings, &members));
+        }
+        Ok(view)
     }
 
     /// Ask for a slot for `action` (idempotent while a request stands; a higher urgency
     /// replaces a lower one).
     pub fn request(&self, action: ActionKind, urgency: Urgency) {
         let _ = self.commands.send(Command::Request(action, urgency));
+    }
+
+    /// The findings this node acts on now, for its member key (written when they change).
+    pub fn set_findings(&self, findings: Vec<String>) {
+        let _ = self.commands.send(Command::Findings(findings));
+    }
+
+    /// Read the group's health (the member keys) once more; the view shows it.
+    pub fn read_health(&self) {
+        let _ = self.commands.send(Command::ReadHealth);
     }
 
     /// Give the slot back (or withdraw the request).

@@ -20,7 +20,8 @@ use std::time::Duration;
 
 use super::OnUnreachable;
 
-use super::{SlotState, Urgency};
+use super::storm::MaxUnhealthy;
+use super::{GroupHealth, SlotState, Urgency};
 
 /// What the policy looks at.
 #[derive(Debug, Clone, Copy)]
@@ -107,6 +108,17 @@ pub enum WaitReason {
         /// What the fleet handle says.
         error: String,
     },
+    /// The storm guard reads the group's member keys before a disruptive repair asks.
+    CheckingHealth,
+    /// The storm guard pauses disruptive repairs in the group.
+    Storm {
+        /// Members reporting findings that need a repair.
+        unhealthy: usize,
+        /// Live members.
+        members: usize,
+        /// `[fleet] max_unhealthy`.
+        max_unhealthy: String,
+    },
 }
 
 impl fmt::Display for WaitReason {
@@ -129,6 +141,17 @@ impl fmt::Display for WaitReason {
                 f,
                 "etcd refuses this node ({error}): fix [fleet] TLS/auth; on_unreachable = \"wait\": nothing acts without a slot"
             ),
+            WaitReason::CheckingHealth => f.write_str(
+                "reading the group's member keys (storm guard) before asking for a slot",
+            ),
+            WaitReason::Storm {
+                unhealthy,
+                members,
+                max_unhealthy,
+            } => write!(
+                f,
+                "fleet storm: {unhealthy} of {members} members report findings that need a repair (max_unhealthy {max_unhealthy}): disruptive repairs in the group pause"
+            ),
         }
     }
 }
@@ -142,6 +165,36 @@ pub enum Verdict {
     ActLocal(LocalReason),
     /// Keep waiting (the probe loop goes on).
     Wait(WaitReason),
+}
+
+/// The storm guard's word on a repair, before it asks for a slot: None (go on and ask), or
+/// why it waits. Pure: `health` is what the fleet handle read last (None: not yet), `exempt`
+/// whether the cure's cause is proven local to the node ([`super::storm::exempt`]).
+pub fn storm_pause(
+    max_unhealthy: MaxUnhealthy,
+    exempt: bool,
+    state: &SlotState,
+    health: Option<&GroupHealth>,
+) -> Option<WaitReason> {
+    if max_unhealthy == MaxUnhealthy::Off || exempt {
+        return None;
+    }
+    if matches!(
+        state,
+        SlotState::Unreachable { .. } | SlotState::Rejected { .. } | SlotState::Granted { .. }
+    ) {
+        // nothing to read (the slot policy below decides), or the slot is held already
+        return None;
+    }
+    match health {
+        None => Some(WaitReason::CheckingHealth),
+        Some(h) if h.storming => Some(WaitReason::Storm {
+            unhealthy: h.unhealthy.len(),
+            members: h.members,
+            max_unhealthy: max_unhealthy.to_string(),
+        }),
+        Some(_) => None,
+    }
 }
 
 /// Decide for one action that needs a slot.
@@ -340,6 +393,46 @@ mod tests {
             run(Planned, &waiting(), 15, Wait, None),
             Verdict::ActLocal(LocalReason::MaxWaitPassed { .. })
         ));
+    }
+
+    #[test]
+    fn a_storm_pauses_what_is_not_exempt_and_only_with_the_guard_on() {
+        let health = |storming| GroupHealth {
+            members: 10,
+            unhealthy: vec!["a".into(), "b".into(), "c".into()],
+            storming,
+            read_at: SystemTime::UNIX_EPOCH,
+        };
+        let on = MaxUnhealthy::Percent(20);
+        let storm = health(true);
+        let calm = health(false);
+        assert_eq!(
+            storm_pause(on, false, &SlotState::Idle, Some(&storm)),
+            Some(WaitReason::Storm {
+                unhealthy: 3,
+                members: 10,
+                max_unhealthy: "20%".into()
+            })
+        );
+        assert_eq!(storm_pause(on, true, &SlotState::Idle, Some(&storm)), None);
+        assert_eq!(
+            storm_pause(MaxUnhealthy::Off, false, &SlotState::Idle, Some(&storm)),
+            None
+        );
+        assert_eq!(storm_pause(on, false, &waiting(), Some(&calm)), None);
+        assert_eq!(
+            storm_pause(on, false, &SlotState::Idle, None),
+            Some(WaitReason::CheckingHealth)
+        );
+        assert_eq!(storm_pause(on, false, &unreachable(), None), None);
+        assert_eq!(storm_pause(on, false, &granted(), Some(&storm)), None);
+        let Some(w) = storm_pause(on, false, &SlotState::Idle, Some(&storm)) else {
+            panic!()
+        };
+        assert_eq!(
+            w.to_string(),
+            "fleet storm: 3 of 10 members report findings that need a repair (max_unhealthy 20%): disruptive repairs in the group pause"
+        );
     }
 
     #[test]

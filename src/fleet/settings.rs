@@ -10,6 +10,7 @@ use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub use super::storm::{DEFAULT_EXEMPT, MaxUnhealthy};
 use crate::client::authority;
 
 /// Default `[fleet] group`.
@@ -189,6 +190,10 @@ pub struct FleetConfig {
     pub node: Option<String>,
     /// `prefix`: the etcd key prefix.
     pub prefix: String,
+    /// `max_unhealthy`: the storm guard ([`crate::fleet::storm`]).
+    pub max_unhealthy: MaxUnhealthy,
+    /// `storm_exempt`: the findings whose cures go on in a storm (proven local to the node).
+    pub storm_exempt: Vec<String>,
 }
 
 impl FleetConfig {
@@ -227,7 +232,24 @@ impl Default for FleetConfig {
             allow_password_over_http: false,
             node: None,
             prefix: DEFAULT_FLEET_PREFIX.to_owned(),
+            max_unhealthy: MaxUnhealthy::default(),
+            storm_exempt: DEFAULT_EXEMPT.iter().map(|f| (*f).to_owned()).collect(),
         }
+    }
+}
+
+/// A finding id in `storm_exempt`: kebab-case (`systemd-bus-wedge`).
+pub fn finding_id(s: &str) -> Result<String, String> {
+    let ok = !s.is_empty()
+        && s.len() <= 64
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    if ok {
+        Ok(s.to_owned())
+    } else {
+        Err(format!(
+            "`fleet.storm_exempt`: \"{s}\" is not a finding id (kebab-case, e.g. \"systemd-bus-wedge\")"
+        ))
     }
 }
 

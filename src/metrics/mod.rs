@@ -92,6 +92,8 @@ struct FleetModel {
     wait_s: u64,
     hold_s: u64,
     reachable: bool,
+    /// (storming, paused, members reporting findings), when the storm guard read the group.
+    storm: Option<(bool, bool, u64)>,
 }
 
 impl FleetModel {
@@ -107,6 +109,10 @@ impl FleetModel {
             wait_s: f.this_node.wait_s.unwrap_or(0),
             hold_s,
             reachable: f.reachable,
+            storm: f.storm.as_ref().and_then(|s| {
+                s.storming
+                    .map(|storming| (storming, s.paused, n(s.unhealthy.len())))
+            }),
         }
     }
 }
@@ -330,6 +336,26 @@ impl FleetModel {
             "How long this node has held its fleet slot (0 when it holds none).",
             self.hold_s,
         )?;
+        if let Some((storming, paused, unhealthy)) = self.storm {
+            gauge(
+                e,
+                "pleg_guard_fleet_storm",
+                "1 when more members of the group than max_unhealthy report findings (storm guard, as this node last read the member keys).",
+                i64::from(storming),
+            )?;
+            gauge(
+                e,
+                "pleg_guard_fleet_storm_paused",
+                "1 while the storm guard pauses a disruptive repair of this node.",
+                i64::from(paused),
+            )?;
+            gauge(
+                e,
+                "pleg_guard_fleet_unhealthy_members",
+                "Members of the group reporting findings that need a repair (storm guard, latest read).",
+                unhealthy,
+            )?;
+        }
         gauge(
             e,
             "pleg_guard_fleet_reachable",

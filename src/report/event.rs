@@ -41,6 +41,10 @@ pub enum EventKind {
     FleetUnreachable,
     /// An action that needs a slot runs without one, under the local limits only (max_wait passed, `on_unreachable = "local"`, or a planned reexec at its forecast deadline).
     FleetLocal,
+    /// The storm guard paused this node's disruptive repairs: more members of the group than `[fleet] max_unhealthy` report findings that need a repair.
+    FleetStorm,
+    /// The storm is over (or this node no longer needs the repair): its repairs go on.
+    FleetStormOver,
 }
 
 impl EventKind {
@@ -55,7 +59,7 @@ impl EventKind {
 
     /// Every kind.
     #[cfg(test)]
-    pub const ALL: [EventKind; 16] = [
+    pub const ALL: [EventKind; 18] = [
         EventKind::TargetUnhealthy,
         EventKind::TargetRecovered,
         EventKind::Finding,
@@ -72,6 +76,8 @@ impl EventKind {
         EventKind::FleetExpired,
         EventKind::FleetUnreachable,
         EventKind::FleetLocal,
+        EventKind::FleetStorm,
+        EventKind::FleetStormOver,
     ];
 
     /// The `PLEG_GUARD_EVENT` value.
@@ -93,6 +99,8 @@ impl EventKind {
             EventKind::FleetExpired => "fleet-expired",
             EventKind::FleetUnreachable => "fleet-unreachable",
             EventKind::FleetLocal => "fleet-local",
+            EventKind::FleetStorm => "fleet-storm",
+            EventKind::FleetStormOver => "fleet-storm-over",
         }
     }
 
@@ -115,6 +123,8 @@ impl EventKind {
             EventKind::FleetExpired => "dec9745652c9421380c74b362b718967",
             EventKind::FleetUnreachable => "5e7d2235685344488ef0a4cf24e15d8b",
             EventKind::FleetLocal => "25c518b9798c4a9f841991039cc91d17",
+            EventKind::FleetStorm => "9c6dd14d63c743f79c27de7ca8e2a56c",
+            EventKind::FleetStormOver => "cf1cf3c98c034934ab8272ccc59f708f",
         }
     }
 }

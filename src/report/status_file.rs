@@ -160,6 +160,30 @@ pub struct FleetStatus {
     pub last_error: Option<String>,
     /// This node.
     pub this_node: FleetNodeStatus,
+    /// The storm guard (None: `max_unhealthy = ""`).
+    #[serde(default)]
+    pub storm: Option<FleetStormStatus>,
+}
+
+/// The storm guard as this node sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FleetStormStatus {
+    /// `[fleet] max_unhealthy` as configured (`"20%"`, `"3"`).
+    pub max_unhealthy: String,
+    /// Whether more members than that report findings (as of `read_at`; None: the member keys
+    /// were not read yet: they are read only while this node needs a disruptive repair).
+    pub storming: Option<bool>,
+    /// Members reporting findings that need a repair, at the latest read.
+    #[serde(default)]
+    pub unhealthy: Vec<String>,
+    /// Live members at the latest read.
+    #[serde(default)]
+    pub members: Option<usize>,
+    /// When the member keys were read.
+    #[serde(default, with = "crate::clock::time_format::option")]
+    pub read_at: Option<SystemTime>,
+    /// Whether the storm pauses a repair of this node now.
+    pub paused: bool,
 }
 
 impl FleetStatus {
@@ -189,6 +213,7 @@ impl FleetStatus {
             reachable: view.reachable,
             last_error: view.last_error.clone(),
             this_node,
+            storm: None,
         }
     }
 }

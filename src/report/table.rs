@@ -179,6 +179,31 @@ fn render_fleet(out: &mut String, f: &FleetStatus) {
         let _ = write!(line, ": {r}");
     }
     let _ = writeln!(out, "{line}");
+    if let Some(s) = &f.storm {
+        let members = s.members.map_or_else(|| "?".to_owned(), |m| m.to_string());
+        let verdict = match s.storming {
+            None => "not read (read only while this node needs a disruptive repair)".to_owned(),
+            Some(true) => format!(
+                "STORM: {} of {members} members report findings ({}){}",
+                s.unhealthy.len(),
+                s.unhealthy.join(", "),
+                if s.paused {
+                    "; this node's repair is paused"
+                } else {
+                    ""
+                }
+            ),
+            Some(false) => format!(
+                "calm: {} of {members} members report findings",
+                s.unhealthy.len()
+            ),
+        };
+        let _ = writeln!(
+            out,
+            "  storm guard (max_unhealthy \"{}\"): {verdict}",
+            s.max_unhealthy
+        );
+    }
     if f.reachable {
         if let Some(e) = &f.last_error {
             let _ = writeln!(out, "  last etcd error: {e}");
@@ -268,6 +293,7 @@ mod tests {
                 position: Some(1),
                 reason: None,
             },
+            storm: None,
         };
         let mut out = String::new();
         render_fleet(&mut out, &f);

@@ -277,6 +277,8 @@ impl EtcdCluster {
                 key_file: Some(self.client_key()),
             }),
             auth: None,
+            max_unhealthy: pleg_guard::fleet::storm::MaxUnhealthy::default(),
+            storm_exempt: vec!["systemd-bus-wedge".to_string()],
         }
     }
 
