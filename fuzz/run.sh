@@ -20,9 +20,11 @@ for t in $targets; do
     mkdir -p "corpus/$t"
     echo "== $t: ${secs}s"
     start=$(date +%s)
-    if ! nice -n 19 cargo +nightly fuzz run "$t" "corpus/$t" "seeds/$t" -- \
+    # CPU seconds (user+system) of the run, as /usr/bin/time measures them
+    if ! nice -n 19 /usr/bin/time -f "== $t: %U s user + %S s system CPU, %e s wall" \
+        cargo +nightly fuzz run "$t" "corpus/$t" "seeds/$t" -- \
         -max_total_time="$secs" -max_len=16384 -rss_limit_mb=2048 -timeout=10 \
-        -print_final_stats=1 2>&1 | tail -n 25; then
+        -print_final_stats=1 2>&1 | grep -v '^#[0-9]' | tail -n 25; then
         failed+=("$t")
     fi
     echo "== $t: $(( $(date +%s) - start ))s, corpus $(ls "corpus/$t" | wc -l) inputs"
