@@ -85,6 +85,9 @@ if ! flock -n 9; then
 fi
 "$here/node-down.sh" --quiet || true # leftovers of a killed run
 mkdir -p "$STATE" "$HOST_DATA"
+# a node-up that fails takes its half-made bed down again (and so frees the lock)
+up=false
+trap '$up || "$here/node-down.sh" --quiet' EXIT
 rm -rf "$HOST_DATA/containerd" "$STATE"/*
 mkdir -p "$HOST_DATA/containerd"
 
@@ -102,13 +105,14 @@ done
 
 # --- the bed -------------------------------------------------------------------------------------
 args=(-D "$ROOTFS" --volatile=overlay --boot --register=no --keep-unit --private-network
-    "--machine=$NODE"
+    "--machine=$NODE" "--hostname=$NODE"
     # runc brings up lo in each pod's network namespace
     --capability=CAP_NET_ADMIN
     # runc joins a session keyring for each container
     --system-call-filter=@keyring
-    # kubelet's OOM watcher reads the kernel log
-    --bind=/dev/kmsg
+    # kubelet's OOM watcher reads the kernel log: the device, and CAP_SYSLOG to open it
+    # (kernel.dmesg_restrict; nspawn drops CAP_SYSLOG: "open /dev/kmsg: operation not permitted")
+    --bind=/dev/kmsg --capability=CAP_SYSLOG
     "--bind=$HOST_DATA/containerd:/var/lib/containerd"
     "--bind-ro=$K8S_BIN:/opt/k8s/bin"
     --bind-ro=/usr/bin/containerd --bind-ro=/usr/bin/containerd-shim-runc-v2 --bind-ro=/usr/bin/ctr
@@ -142,15 +146,17 @@ done
 log "bed $NODE booted (PID 1 = host pid $BED_PID, $s)"
 
 # network: a dummy interface with the node's address and a default route, so kube-apiserver has
-# an address to advertise and kubelet a node IP (the host's ip, in the bed's netns only)
+# an address to advertise and kubelet a node IP (a veth pair: the host may lack the dummy
+# module; the host's ip, in the bed's netns only)
 nsenter -t "$BED_PID" -n -- sh -ec "
-    ip link add pgt0 type dummy; ip addr add $NODE_IP/24 dev pgt0; ip link set pgt0 up
-    ip link set lo up; ip route add default dev pgt0"
+    ip link add pgt0 type veth peer name pgt1; ip addr add $NODE_IP/24 dev pgt0
+    ip link set pgt1 up; ip link set pgt0 up; ip link set lo up; ip route add default dev pgt0"
 
 # --- files -----------------------------------------------------------------------------------
 put() { # PATH (content on stdin)
     in_bed sh -c 'mkdir -p "$(dirname "$1")" && cat >"$1"' sh "$1"
 }
+printf '127.0.0.1 localhost\n%s %s\n' "$NODE_IP" "$NODE" | put /etc/hosts # containerd copies it into each sandbox
 TOKEN=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
 echo "$TOKEN" >"$STATE/$TOKEN_FILE_NAME"
 echo "$TOKEN,admin,admin,system:masters" | put /etc/kubernetes/tokens.csv
@@ -329,6 +335,8 @@ EOF
 
 # --- start: control plane, runtime, images, pleg-guard, kubelet, NPD ------------------------------
 in_bed systemctl daemon-reload
+# the bed rootfs's stand-in kubelet started at boot: the real one replaced its unit
+in_bed systemctl stop kubelet.service
 in_bed systemctl start etcd.service kube-apiserver.service containerd.service
 for _ in $(seq 300); do
     in_bed ctr --address /run/containerd/containerd.sock version >/dev/null 2>&1 && break
@@ -340,9 +348,6 @@ in_bed ctr --address /run/containerd/containerd.sock -n k8s.io images import - \
 rm -f "$STATE/images.tar"
 log "containerd up, $POD_IMAGE and $PAUSE_IMAGE imported"
 
-in_bed dpkg -i /root/pleg-guard.deb >"$STATE/dpkg.log" 2>&1 || { cat "$STATE/dpkg.log" >&2; die "dpkg -i the .deb failed"; }
-in_bed systemctl is-active --quiet pleg-guard.service || in_bed systemctl start pleg-guard.service
-log "pleg-guard $(in_bed pleg-guard --version) installed from $(basename "$DEB")"
 
 # the API server, seen from the host through a loopback port into the bed's network namespace
 HOST_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
@@ -362,7 +367,7 @@ done
 [ "$(api GET /readyz)" = ok ] || { in_bed journalctl -u kube-apiserver -n 40 --no-pager >&2; die "kube-apiserver not ready"; }
 log "kube-apiserver ready"
 
-in_bed systemctl start kubelet.service node-problem-detector.service
+in_bed systemctl start kubelet.service
 ready() {
     api GET "/api/v1/nodes/$NODE" 2>/dev/null | python3 -c '
 import json, sys
@@ -395,6 +400,22 @@ for p in api-sleeper "static-sleeper-$NODE"; do
 done
 log "pods api-sleeper and static-sleeper-$NODE Running"
 
+# pleg-guard joins a running node, as it is installed on one: at kubelet's start, kubelet logs
+# "PLEG is not healthy: pleg has yet to be successful" for its first second, which pleg-guard
+# (0.1.0) counts as a PLEG stall (docs/real-node.md)
+in_bed dpkg -i /root/pleg-guard.deb >"$STATE/dpkg.log" 2>&1 || { cat "$STATE/dpkg.log" >&2; die "dpkg -i the .deb failed"; }
+in_bed systemctl is-active --quiet pleg-guard.service || in_bed systemctl start pleg-guard.service
+log "pleg-guard $(in_bed pleg-guard --version) installed from $(basename "$DEB")"
+in_bed systemctl start node-problem-detector.service
+for _ in $(seq 120); do
+    n=$( { api GET "/api/v1/nodes/$NODE" 2>/dev/null | grep -o '"reason": *"\(SystemdBusOK\|PLEGOK\)"' || true; } | wc -l)
+    [ "$n" -ge 2 ] && break
+    sleep 1
+done
+[ "$n" -ge 2 ] || { in_bed journalctl -u node-problem-detector -n 40 --no-pager >&2; die "NPD put pleg-guard's conditions on no Node"; }
+log "node-problem-detector reports pleg-guard's conditions on the Node"
+
+up=true
 echo "KUBECONFIG=$KUBECONFIG_PATH"
 echo "NODE=$NODE"
 echo "BED_PID=$BED_PID"
