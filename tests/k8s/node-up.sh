@@ -400,9 +400,16 @@ for p in api-sleeper "static-sleeper-$NODE"; do
 done
 log "pods api-sleeper and static-sleeper-$NODE Running"
 
-# pleg-guard joins a running node, as it is installed on one: at kubelet's start, kubelet logs
-# "PLEG is not healthy: pleg has yet to be successful" for its first second, which pleg-guard
-# (0.1.0) counts as a PLEG stall (docs/real-node.md)
+# pleg-guard joins a running node, as it is installed on one, once kubelet's start is more than
+# its default kubelet.pleg_log_window (60 s) ago: at every start kubelet logs "PLEG is not
+# healthy: pleg has yet to be successful" for about a second, which pleg-guard 0.1.0 takes for a
+# PLEG stall and answers with a kubelet restart (docs/real-node.md)
+kubelet_started=$(in_bed systemctl show -p ExecMainStartTimestamp --value kubelet.service)
+wait_s=$(( 65 - ($(date +%s) - $(date -d "$kubelet_started" +%s)) ))
+if [ "$wait_s" -gt 0 ]; then
+    log "waiting ${wait_s} s: kubelet's start-up line out of pleg-guard's PLEG log window"
+    sleep "$wait_s"
+fi
 in_bed dpkg -i /root/pleg-guard.deb >"$STATE/dpkg.log" 2>&1 || { cat "$STATE/dpkg.log" >&2; die "dpkg -i the .deb failed"; }
 in_bed systemctl is-active --quiet pleg-guard.service || in_bed systemctl start pleg-guard.service
 log "pleg-guard $(in_bed pleg-guard --version) installed from $(basename "$DEB")"
