@@ -25,6 +25,14 @@ if [ "$(id -u)" != 0 ]; then
     exit 2
 fi
 
+# The real Kubernetes components of tests/real_node.rs (kubelet, kube-apiserver, etcd,
+# node-problem-detector; tests/k8s/build.sh, pinned in tests/k8s/go.mod): the longest single
+# step on a fresh machine (a cold Go build), so it starts first and overlaps everything up to
+# the integration tests; cached (/var/cache/pleg-guard-test/k8s-<key>), a no-op afterwards.
+step "real Kubernetes components, in the background (tests/k8s/build.sh)"
+tests/k8s/build.sh >"$LOGS/k8s-build.log" 2>&1 &
+k8s_build=$!
+
 step "Debian packages for packaging, metrics and the fleet budget: rpm, lintian, rpmlint, binutils, python3-venv, prometheus, node_exporter, etcd, socat, openssl"
 need=()
 # etcd-server/etcd-client: tests/fleet.rs and benches/fleet.rs start their own 3-member TLS
@@ -35,6 +43,9 @@ for tool in rpm:rpm lintian:lintian rpmlint:rpmlint systemd-analyze:systemd objd
     command -v "${tool%%:*}" >/dev/null || need+=("${tool#*:}")
 done
 # (no protoc: etcd-client's build script runs the one Cargo.toml brings from crates.io)
+# tests/k8s/node-up.sh: the pod network of the real node bed, and the API server from the host
+[ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)
+command -v curl >/dev/null || need+=(curl)
 # tests/clock_jumps.rs preloads libfaketime into the bed's pleg-guard (copied in from the host)
 [ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ] || need+=(libfaketime)
 # packaging/zig-toolchain.sh puts zig (PyPI's ziglang) into a venv
@@ -100,7 +111,10 @@ cargo test --locked --lib --bins
 # (real_bug's sweep of every fast-forward value is two tests on two beds, side by side).
 group_a=(daemon_scenarios serial_forecast faults metrics containerd layout npd_config fleet docker_hostile packaging npd)
 group_b=(real_bug systemd_citizen bed_smoke diagnose old_distros fleet_beds clock_jumps soak)
-known=" ${group_a[*]} ${group_b[*]} "
+# real_node: one node bed after another (a lock), ~25 min, beside the two groups once the Go
+# build is done; without the components (a failed build off CI) it is left out
+group_c=(real_node)
+known=" ${group_a[*]} ${group_b[*]} ${group_c[*]} "
 for f in tests/*.rs; do
     t=$(basename "$f" .rs)
     case "$known" in
@@ -115,15 +129,35 @@ run_group() { # NAME TEST...
     cargo test --locked --no-fail-fast "${args[@]}" -- --test-threads=2 >"$LOGS/$name.log" 2>&1
 }
 
-step "integration tests against the beds: ${group_a[*]} | ${group_b[*]}"
+step "waiting for the real Kubernetes components (tests/k8s/build.sh)"
+groups=(a b)
+if wait "$k8s_build"; then
+    tail -n 2 "$LOGS/k8s-build.log"
+    groups+=(c)
+else
+    tail -40 "$LOGS/k8s-build.log" >&2
+    if [ "${CI:-}" = true ]; then
+        echo "tests/run-all.sh: building the Kubernetes components failed (log $LOGS/k8s-build.log)" >&2
+        exit 1
+    fi
+    echo "tests/run-all.sh: no Kubernetes components: ${group_c[*]} left out (log $LOGS/k8s-build.log)" >&2
+fi
+
+step "integration tests against the beds: ${group_a[*]} | ${group_b[*]} | ${group_c[*]}"
 run_group a "${group_a[@]}" &
 pid_a=$!
 run_group b "${group_b[@]}" &
 pid_b=$!
+pid_c=
+if [[ " ${groups[*]} " == *" c "* ]]; then
+    run_group c "${group_c[@]}" &
+    pid_c=$!
+fi
 rc=0
 wait "$pid_a" || rc=1
 wait "$pid_b" || rc=1
-for g in a b; do
+if [ -n "$pid_c" ]; then wait "$pid_c" || rc=1; fi
+for g in "${groups[@]}"; do
     printf '\n---- group %s ----\n' "$g"
     cat "$LOGS/$g.log"
 done

@@ -48,8 +48,13 @@ step_start dockerd
 # a killed test run may have left dockerd/containerd SIGSTOPped: resume them (under the docker
 # lock so we never resume a dockerd that a running test stopped on purpose).
 resume_docker() {
-    # (docker's containerd only: the bed's own one, tests/bed/containerd.sh, has its own lock)
+    # (docker's containerd only: the bed's own one, tests/bed/containerd.sh, has its own lock;
+    # and the host's only: a containerd inside a bed, e.g. the real node's of tests/k8s, is that
+    # bed's, and tests/real_node.rs stops it on purpose)
+    local host_pidns
+    host_pidns=$(readlink /proc/self/ns/pid)
     for pid in $(pgrep -x dockerd) $(pgrep -x containerd | while read -r p; do tr '\0' ' ' </proc/"$p"/cmdline 2>/dev/null | grep -q pleg-guard-test-containerd || echo "$p"; done); do
+        [ "$(readlink /proc/"$pid"/ns/pid 2>/dev/null)" = "$host_pidns" ] || continue
         [ "$(awk '{print $3}' /proc/$pid/stat 2>/dev/null)" = T ] && { kill -CONT "$pid"; echo "prepare: resumed stopped pid $pid ($(cat /proc/$pid/comm))"; }
     done
     return 0

@@ -421,6 +421,9 @@ pub struct Bed {
     console_log: PathBuf,
     /// (what, pid inside the bed) of processes we SIGSTOPped and not yet resumed.
     stopped: Mutex<Vec<(String, u32)>>,
+    /// Booted by this process ([`Bed::boot`]): Drop kills it. An [`attach`](Bed::attach)ed bed
+    /// belongs to whoever started it: Drop only resumes what was stopped through this handle.
+    owned: bool,
 }
 
 impl Bed {
@@ -507,6 +510,7 @@ impl Bed {
             pid1,
             console_log,
             stopped: Mutex::new(Vec::new()),
+            owned: true,
         };
         // From here on a panic drops `bed`, which tears the container down.
         let mut last = String::new();
@@ -552,6 +556,22 @@ impl Bed {
             bed.name, bed.boot_state, bed.boot_time
         );
         bed
+    }
+
+    /// A handle on a bed some other process booted (e.g. `tests/k8s/node-up.sh`), given the host
+    /// pid of its PID 1: every helper works on it, and dropping it leaves the bed running.
+    pub fn attach(name: &str, pid1: u32, affected_systemd: bool) -> Bed {
+        Bed {
+            name: name.to_string(),
+            boot_time: Duration::ZERO,
+            boot_state: String::new(),
+            affected_systemd,
+            nspawn: Mutex::new(None),
+            pid1,
+            console_log: PathBuf::new(),
+            stopped: Mutex::new(Vec::new()),
+            owned: false,
+        }
     }
 
     /// Host pid of the container's PID 1 (killing it ends the bed).
@@ -1100,6 +1120,9 @@ impl Drop for Bed {
             std::mem::take(&mut *self.stopped.lock().unwrap_or_else(|e| e.into_inner()));
         for (_, pid) in &stopped {
             let _ = self.try_sh(&format!("kill -CONT {pid}"), secs(5));
+        }
+        if !self.owned {
+            return;
         }
         // 2. kill the container's PID 1: the kernel then kills its whole pid namespace
         let _ = signal(self.pid1, Signal::SIGKILL);

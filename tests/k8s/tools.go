@@ -1,0 +1,10 @@
+//go:build tools
+
+// Package tools names the commands tests/k8s/build.sh builds, so `go mod tidy` keeps them.
+package tools
+
+import (
+	_ "go.etcd.io/etcd/server/v3"
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kubelet"
+)

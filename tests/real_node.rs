@@ -1,0 +1,957 @@
+//! pleg-guard on a real Kubernetes node: a real kubelet (v1.34), kube-apiserver and etcd,
+//! containerd + runc with the systemd cgroup driver, node-problem-detector running pleg-guard's
+//! shipped monitor config, and pleg-guard installed from the project's .deb with its defaults,
+//! all in one booted bed (`tests/k8s/node-up.sh`, docs/real-node.md). Every claim is read from
+//! the API server (the Node object, its Events, a watch on the Node) or from kubelet's own
+//! journal and metrics, not from pleg-guard's say-so; pleg-guard's journal only dates its
+//! findings and actions for the latencies (`MEASURE` lines).
+//!
+//! One node bed at a time (node-up.sh holds a lock for the bed's life), so these tests run one
+//! after another whatever `--test-threads` says.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use serde_json::{Value, json};
+use support::*;
+
+/// pleg-guard's five NPD conditions (packaging/npd/pleg-guard-monitor.json).
+const NPD_CONDITIONS: [&str; 5] = [
+    "SystemdBusWedged",
+    "SystemdSerialExhaustion",
+    "ContainerRuntimeUnresponsive",
+    "LogindUnresponsive",
+    "PLEGUnhealthy",
+];
+
+/// How long the healthy node is watched (the issue asks for at least 5 min of real relists);
+/// `PLEG_GUARD_REAL_NODE_HEALTHY_SECS` shortens it by hand.
+fn healthy_secs() -> u64 {
+    std::env::var("PLEG_GUARD_REAL_NODE_HEALTHY_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(300)
+}
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+// ------------------------------------------------------------------------------------------------
+// the node
+// ------------------------------------------------------------------------------------------------
+
+/// A node bed booted by `tests/k8s/node-up.sh`; Drop runs `node-down.sh`.
+struct Node {
+    name: String,
+    server: String,
+    token: String,
+    pod_image: String,
+    bed: Bed,
+}
+
+/// Boots the node bed (affected PID 1 with `affected`). None (SKIPPED) where no bed can run off
+/// CI, like every bed test; a node-up.sh that fails is a failure.
+fn require_node(affected: bool) -> Option<Node> {
+    if affected {
+        require_affected_bed()?;
+    } else {
+        require_bed()?;
+    }
+    let mut cmd = Command::new("bash");
+    cmd.arg(repo().join("tests/k8s/node-up.sh"));
+    if affected {
+        cmd.arg("--affected");
+    }
+    let start = Instant::now();
+    // generous: a cold build of the components (tests/k8s/build.sh) may happen here
+    let o = run_with_timeout(&mut cmd, None, Duration::from_secs(3600))
+        .unwrap_or_else(|e| panic!("tests/k8s/node-up.sh: {e}"));
+    assert!(
+        o.status.success(),
+        "tests/k8s/node-up.sh failed: {}",
+        show(&o)
+    );
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    let value = |key: &str| -> String {
+        out.lines()
+            .rev()
+            .find_map(|l| l.strip_prefix(&format!("{key}=")))
+            .unwrap_or_else(|| panic!("node-up.sh printed no {key}=:\n{}", show(&o)))
+            .to_string()
+    };
+    let kubeconfig = std::fs::read_to_string(value("KUBECONFIG")).expect("read KUBECONFIG");
+    let yaml = |key: &str| -> String {
+        kubeconfig
+            .lines()
+            .find_map(|l| l.trim().strip_prefix(&format!("{key}: ")))
+            .unwrap_or_else(|| panic!("no {key} in the kubeconfig:\n{kubeconfig}"))
+            .to_string()
+    };
+    let name = value("NODE");
+    let bed_pid: u32 = value("BED_PID").parse().expect("BED_PID is a pid");
+    let node = Node {
+        server: yaml("server"),
+        token: yaml("token"),
+        pod_image: value("POD_IMAGE"),
+        bed: Bed::attach(&name, bed_pid, affected),
+        name,
+    };
+    eprintln!(
+        "MEASURE node-up{}: {:?} to a Ready node with two Running pods",
+        if affected { " --affected" } else { "" },
+        start.elapsed()
+    );
+    Some(node)
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let o = self.bed.try_sh(
+                "journalctl -u kubelet -n 40 --no-pager; journalctl -u pleg-guard -n 40 --no-pager",
+                secs(20),
+            );
+            if let Ok(o) = o {
+                eprintln!("--- node journal at failure ---\n{}", show(&o));
+            }
+        }
+        let _ = run_with_timeout(
+            Command::new("bash").arg(repo().join("tests/k8s/node-down.sh")),
+            None,
+            secs(120),
+        );
+    }
+}
+
+impl Node {
+    fn curl(&self, method: &str, path: &str) -> Command {
+        let mut c = Command::new("curl");
+        c.args(["-sSk", "--max-time", "15", "-X", method])
+            .arg("-H")
+            .arg(format!("Authorization: Bearer {}", self.token))
+            .args(["-H", "Content-Type: application/json"])
+            .arg(format!("{}{path}", self.server));
+        c
+    }
+
+    /// One API request; the answer parsed. Panics on a transport error or non-JSON.
+    fn api(&self, method: &str, path: &str, body: Option<&Value>) -> Value {
+        let mut c = self.curl(method, path);
+        let input = body.map(|b| b.to_string().into_bytes());
+        if input.is_some() {
+            c.args(["--data-binary", "@-"]);
+        }
+        let o = run_with_timeout(&mut c, input.as_deref(), secs(30))
+            .unwrap_or_else(|e| panic!("API {method} {path}: {e}"));
+        assert!(o.status.success(), "API {method} {path}: {}", show(&o));
+        serde_json::from_slice(&o.stdout)
+            .unwrap_or_else(|e| panic!("API {method} {path}: not JSON ({e}): {}", show(&o)))
+    }
+
+    fn node_object(&self) -> Value {
+        self.api("GET", &format!("/api/v1/nodes/{}", self.name), None)
+    }
+
+    /// The Node's conditions by type: (status, reason, message).
+    fn conditions(&self) -> BTreeMap<String, (String, String, String)> {
+        conditions_of(&self.node_object())
+    }
+
+    /// Polls the Node until `pred` holds on its conditions; returns them.
+    fn wait_conditions(
+        &self,
+        what: &str,
+        timeout: Duration,
+        pred: impl Fn(&BTreeMap<String, (String, String, String)>) -> bool,
+    ) -> BTreeMap<String, (String, String, String)> {
+        let start = Instant::now();
+        loop {
+            let c = self.conditions();
+            if pred(&c) {
+                return c;
+            }
+            if start.elapsed() > timeout {
+                panic!("{what}: not within {timeout:?}; the Node's conditions: {c:#?}");
+            }
+            std::thread::sleep(secs(2));
+        }
+    }
+
+    /// Events about the Node (any namespace).
+    fn node_events(&self) -> Vec<Value> {
+        let v = self.api(
+            "GET",
+            &format!(
+                "/api/v1/events?fieldSelector=involvedObject.kind%3DNode,involvedObject.name%3D{}",
+                self.name
+            ),
+            None,
+        );
+        v["items"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// A pod bound to the node (no scheduler in this cluster), `sleep` in [`Node::pod_image`].
+    fn create_pod(&self, name: &str) {
+        let pod = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name},
+            "spec": {
+                "nodeName": self.name,
+                "automountServiceAccountToken": false,
+                "terminationGracePeriodSeconds": 1,
+                "containers": [{
+                    "name": "sleep", "image": self.pod_image, "imagePullPolicy": "Never",
+                    "command": ["/bin/sleep", "2147483647"]
+                }]
+            }
+        });
+        let r = self.api("POST", "/api/v1/namespaces/default/pods", Some(&pod));
+        assert_eq!(r["kind"], "Pod", "create pod {name}: {r:#}");
+    }
+
+    fn pod_phase(&self, name: &str) -> String {
+        let p = self.api(
+            "GET",
+            &format!("/api/v1/namespaces/default/pods/{name}"),
+            None,
+        );
+        p["status"]["phase"].as_str().unwrap_or("").to_string()
+    }
+
+    fn wait_pod_running(&self, name: &str, timeout: Duration) -> Duration {
+        let start = Instant::now();
+        loop {
+            let phase = self.pod_phase(name);
+            if phase == "Running" {
+                return start.elapsed();
+            }
+            if start.elapsed() > timeout {
+                panic!(
+                    "pod {name} is {phase:?}, not Running, after {timeout:?}:\n{:#}\n{}",
+                    self.api(
+                        "GET",
+                        &format!("/api/v1/namespaces/default/pods/{name}"),
+                        None
+                    )["status"],
+                    self.kubelet_journal_tail(30)
+                );
+            }
+            std::thread::sleep(secs(1));
+        }
+    }
+
+    /// kubelet's own journal lines (MESSAGE) since `since` (a journalctl --since value).
+    fn kubelet_lines(&self, since: &str) -> Vec<String> {
+        self.bed
+            .journal(&["-u", "kubelet", "--since", since])
+            .iter()
+            .filter(|e| {
+                field(e, "_COMM") != Some("systemd")
+                    && field(e, "SYSLOG_IDENTIFIER") != Some("systemd")
+            })
+            .filter_map(|e| field(e, "MESSAGE").map(str::to_string))
+            .collect()
+    }
+
+    fn kubelet_journal_tail(&self, n: usize) -> String {
+        let o = self.bed.sh(&format!(
+            "journalctl -u kubelet -n {n} --no-pager -o short-precise"
+        ));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    /// A counter of kubelet's /metrics (served on 10250, anonymous), read from the host in the
+    /// bed's network namespace.
+    fn kubelet_metric(&self, name: &str) -> f64 {
+        let o = host(
+            "nsenter",
+            &[
+                "-t",
+                &self.bed.host_pid1().to_string(),
+                "-n",
+                "--",
+                "curl",
+                "-sSk",
+                "--max-time",
+                "10",
+                "https://127.0.0.1:10250/metrics",
+            ],
+        );
+        assert!(o.status.success(), "kubelet /metrics: {}", show(&o));
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter(|l| l.starts_with(name) && !l.starts_with('#'))
+            .filter(|l| l[name.len()..].starts_with([' ', '{']))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
+    fn unit_main_pid(&self, unit: &str) -> u32 {
+        self.bed.unit_property(unit, "MainPID").parse().unwrap_or(0)
+    }
+
+    /// The bed's clock as journalctl's `--since` takes it.
+    fn bed_now(&self) -> String {
+        self.bed.sh_ok("date '+%Y-%m-%d %H:%M:%S'")
+    }
+
+    /// Watches the Node from the API server (a `watch` stream) until dropped.
+    fn watch(&self) -> NodeWatch {
+        NodeWatch::start(self)
+    }
+}
+
+fn conditions_of(node: &Value) -> BTreeMap<String, (String, String, String)> {
+    node["status"]["conditions"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|c| {
+                    let s = |k: &str| c[k].as_str().unwrap_or("").to_string();
+                    (s("type"), (s("status"), s("reason"), s("message")))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+// ------------------------------------------------------------------------------------------------
+// a watch on the Node
+// ------------------------------------------------------------------------------------------------
+
+/// Every version of the Node the API server sends on a watch: (when, condition type → status).
+type Seen = Arc<Mutex<Vec<(Instant, BTreeMap<String, String>)>>>;
+
+/// `GET /api/v1/nodes?watch=1` for the one node, read line by line in a thread; re-opened when
+/// the server ends it. Drop stops it.
+struct NodeWatch {
+    seen: Seen,
+    child: Arc<Mutex<Option<Child>>>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl NodeWatch {
+    fn start(node: &Node) -> NodeWatch {
+        let seen: Seen = Arc::default();
+        let child: Arc<Mutex<Option<Child>>> = Arc::default();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let path = format!(
+            "/api/v1/nodes?watch=1&fieldSelector=metadata.name%3D{}",
+            node.name
+        );
+        let mut cmd = node.curl("GET", &path);
+        // curl's --max-time would end the stream: none, the Drop kills it
+        let args: Vec<String> = cmd
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .filter(|a| a != "--max-time" && a != "15")
+            .collect();
+        cmd = Command::new("curl");
+        cmd.args(["-N"]).args(&args);
+        let (seen2, child2, stop2) = (seen.clone(), child.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop2.load(std::sync::atomic::Ordering::SeqCst) {
+                let Ok(mut c) = cmd.stdout(Stdio::piped()).stderr(Stdio::null()).spawn() else {
+                    return;
+                };
+                let out = c.stdout.take();
+                *child2.lock().unwrap_or_else(|e| e.into_inner()) = Some(c);
+                let Some(out) = out else { return };
+                for line in BufReader::new(out).lines() {
+                    let Ok(line) = line else { break };
+                    let Ok(ev) = serde_json::from_str::<Value>(&line) else {
+                        continue;
+                    };
+                    let conds = conditions_of(&ev["object"])
+                        .into_iter()
+                        .map(|(t, (s, _, _))| (t, s))
+                        .collect();
+                    seen2
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push((Instant::now(), conds));
+                }
+                if let Some(mut c) = child2.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                }
+            }
+        });
+        NodeWatch { seen, child, stop }
+    }
+
+    /// Every (when, status) of condition `ty` seen so far.
+    fn statuses(&self, ty: &str) -> Vec<(Instant, String)> {
+        self.seen
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter_map(|(t, c)| c.get(ty).map(|s| (*t, s.clone())))
+            .collect()
+    }
+
+    fn updates(&self) -> usize {
+        self.seen.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// The first time `ty` was seen with `status`.
+    fn first(&self, ty: &str, status: &str) -> Option<Instant> {
+        self.statuses(ty)
+            .into_iter()
+            .find(|(_, s)| s == status)
+            .map(|(t, _)| t)
+    }
+}
+
+impl Drop for NodeWatch {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(mut c) = self.child.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Asserts the watch saw the Node's Ready condition, and only ever `True`.
+fn assert_ready_throughout(watch: &NodeWatch, what: &str) {
+    let ready = watch.statuses("Ready");
+    assert!(
+        !ready.is_empty(),
+        "{what}: the watch saw no version of the Node"
+    );
+    let bad: Vec<&String> = ready
+        .iter()
+        .map(|(_, s)| s)
+        .filter(|s| *s != "True")
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "{what}: the Node's Ready was {bad:?} in {} versions seen",
+        ready.len()
+    );
+}
+
+/// When a pleg-guard journal entry was written, as an Instant of this process (journal
+/// timestamps are the shared realtime clock).
+fn entry_instant(e: &serde_json::Map<String, Value>) -> Instant {
+    let us: u64 = field(e, "__REALTIME_TIMESTAMP")
+        .and_then(|s| s.parse().ok())
+        .expect("__REALTIME_TIMESTAMP");
+    let at = SystemTime::UNIX_EPOCH + Duration::from_micros(us);
+    let ago = SystemTime::now().duration_since(at).unwrap_or_default();
+    Instant::now() - ago
+}
+
+// ------------------------------------------------------------------------------------------------
+// scenarios
+// ------------------------------------------------------------------------------------------------
+
+/// The healthy node: Ready for the whole watch over minutes of real relists, pleg-guard healthy
+/// with no action, and every NPD condition of pleg-guard on the Node and False.
+#[test]
+fn healthy_node_stays_ready_and_pleg_guard_does_nothing() {
+    let Some(node) = require_node(false) else {
+        return;
+    };
+    let watch = node.watch();
+    let since = node.bed_now();
+    let relists_before = node.kubelet_metric("kubelet_pleg_relist_duration_seconds_count");
+    std::thread::sleep(secs(healthy_secs()));
+    let relists =
+        node.kubelet_metric("kubelet_pleg_relist_duration_seconds_count") - relists_before;
+    eprintln!(
+        "MEASURE healthy node: {relists} PLEG relists and {} Node versions in {} s",
+        watch.updates(),
+        healthy_secs()
+    );
+    // kubelet relists once a second plus the relist's own time (seconds on this shared machine)
+    assert!(
+        relists >= healthy_secs() as f64 / 10.0,
+        "kubelet relisted {relists} times in {} s",
+        healthy_secs()
+    );
+    assert_ready_throughout(&watch, "healthy node");
+    let conditions = node.conditions();
+    for c in NPD_CONDITIONS {
+        let (status, reason, _) = conditions
+            .get(c)
+            .unwrap_or_else(|| panic!("NPD condition {c} not on the Node: {conditions:#?}"));
+        assert_eq!(status, "False", "{c} ({reason}): {conditions:#?}");
+    }
+    assert_eq!(conditions["Ready"].0, "True");
+    let pleg_lines: Vec<String> = node
+        .kubelet_lines(&since)
+        .into_iter()
+        .filter(|l| l.contains("PLEG is not healthy"))
+        .collect();
+    assert!(pleg_lines.is_empty(), "kubelet: {pleg_lines:#?}");
+    let o = node.bed.sh("pleg-guard status");
+    assert_eq!(o.status.code(), Some(0), "pleg-guard status: {}", show(&o));
+    let actions = node.bed.pleg_guard_events("action-started", &[]);
+    assert!(
+        actions.is_empty(),
+        "pleg-guard acted on a healthy node: {actions:#?}"
+    );
+    for p in [
+        "api-sleeper".to_string(),
+        format!("static-sleeper-{}", node.name),
+    ] {
+        assert_eq!(node.pod_phase(&p), "Running", "{p}");
+    }
+}
+
+/// kubelet SIGSTOPped: pleg-guard restarts it through the bed's PID 1 (one restart), kubelet's
+/// own unit shows the new process, the Node is Ready again with a fresh heartbeat, and the
+/// repair is an NPD Event on the Node.
+#[test]
+fn wedged_kubelet_is_restarted_through_pid1_and_the_node_is_ready_again() {
+    let Some(node) = require_node(false) else {
+        return;
+    };
+    let watch = node.watch();
+    let old_pid = node.unit_main_pid("kubelet.service");
+    assert!(old_pid > 0, "kubelet has no MainPID");
+    let cursor = node.bed.journal_cursor();
+    let t0 = Instant::now();
+    node.bed.sh_ok(&format!("kill -STOP {old_pid}"));
+    let finding = node.bed.wait_event_after(
+        Some(&cursor),
+        "finding",
+        &[("PLEG_GUARD_FINDING", "kubelet-pleg-unhealthy")],
+        secs(300),
+    );
+    let restarted = node.bed.wait_event_after(
+        Some(&cursor),
+        "action-succeeded",
+        &[("PLEG_GUARD_ACTION", "restart-kubelet")],
+        secs(300),
+    );
+    let t_restarted = entry_instant(&restarted);
+    // kubelet's own unit: PID 1 stopped the old process and started a new one
+    let new_pid = node.unit_main_pid("kubelet.service");
+    assert!(
+        new_pid > 0 && new_pid != old_pid,
+        "kubelet MainPID {old_pid} -> {new_pid}"
+    );
+    let pid1_lines: Vec<String> = node
+        .bed
+        .journal(&["-u", "kubelet", &format!("--cursor={cursor}")])
+        .iter()
+        .filter(|e| field(e, "_PID") == Some("1"))
+        .filter_map(|e| field(e, "MESSAGE").map(str::to_string))
+        .collect();
+    assert!(
+        pid1_lines.iter().any(|l| l.starts_with("Started kubelet")),
+        "PID 1 did not log starting kubelet again: {pid1_lines:#?}"
+    );
+    // the Node: Ready, and its Lease renewed by the new kubelet (kubelet's heartbeat since
+    // 1.17; the Node's own status is rewritten only on a change or every 5 min)
+    let restarted_epoch: u64 = field(&restarted, "__REALTIME_TIMESTAMP")
+        .and_then(|s| s.parse::<u64>().ok())
+        .expect("__REALTIME_TIMESTAMP")
+        / 1_000_000;
+    let start = Instant::now();
+    let t_ready = loop {
+        let lease = node.api(
+            "GET",
+            &format!(
+                "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{}",
+                node.name
+            ),
+            None,
+        );
+        let renew = lease["spec"]["renewTime"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        let fresh = !renew.is_empty()
+            && node
+                .bed
+                .sh(&format!(
+                    "test $(date -d '{renew}' +%s) -gt {restarted_epoch}"
+                ))
+                .status
+                .success();
+        let ready = node.conditions().get("Ready").map(|c| c.0.clone());
+        if fresh && ready.as_deref() == Some("True") {
+            break start.elapsed();
+        }
+        assert!(
+            start.elapsed() < secs(120),
+            "120 s after the restart: Ready {ready:?}, Lease renewed {renew:?}"
+        );
+        std::thread::sleep(secs(1));
+    };
+    // the repair as NPD's Event on the Node
+    let start = Instant::now();
+    let event = loop {
+        let found = node
+            .node_events()
+            .into_iter()
+            .find(|e| e["reason"] == "PlegGuardRepaired" && e["source"]["component"] != "");
+        if let Some(e) = found {
+            break e;
+        }
+        assert!(
+            start.elapsed() < secs(120),
+            "no PlegGuardRepaired Event on the Node: {:#?}",
+            node.node_events()
+        );
+        std::thread::sleep(secs(2));
+    };
+    eprintln!(
+        "MEASURE kubelet wedged (SIGSTOP): finding after {:?}, restart succeeded after {:?}, \
+         Ready with a fresh heartbeat {:?} later; NPD Event: {} {}",
+        entry_instant(&finding).saturating_duration_since(t0),
+        t_restarted.saturating_duration_since(t0),
+        t_ready,
+        event["reason"],
+        event["message"]
+    );
+    assert_eq!(
+        node.bed
+            .pleg_guard_events(
+                "action-started",
+                &[("PLEG_GUARD_ACTION", "restart-kubelet")]
+            )
+            .len(),
+        1,
+        "exactly one kubelet restart"
+    );
+    // without kube-controller-manager nothing marks a silent kubelet's Node Unknown: Ready
+    // stays as kubelet last posted it (see docs/real-node.md)
+    assert_ready_throughout(&watch, "kubelet wedged");
+    assert_eq!(node.pod_phase("api-sleeper"), "Running");
+}
+
+/// Where a scenario writes what it saw (for docs/real-node.md), beside the other test output.
+fn report(name: &str, text: &str) {
+    let dir = repo().join("target/real-node");
+    let _ = std::fs::create_dir_all(&dir);
+    let _ = std::fs::write(dir.join(format!("{name}.txt")), text);
+    eprintln!("--- {name} ---\n{text}");
+}
+
+/// kubelet's own lines since `since` that are warnings or errors (klog `W`/`E`), each once.
+fn kubelet_trouble(node: &Node, since: &str) -> Vec<String> {
+    let key = |l: &str| l.split_once("] ").map_or(l, |(_, m)| m).to_string();
+    let mut seen = Vec::<String>::new();
+    for l in node.kubelet_lines(since) {
+        if (l.starts_with('E') || l.starts_with('W')) && !seen.iter().any(|s| key(s) == key(&l)) {
+            seen.push(l);
+        }
+    }
+    seen
+}
+
+/// Waits until PID 1 no longer answers an ordinary bus call (the wedge); the time it took.
+fn wait_wedged(node: &Node, timeout: Duration) -> Duration {
+    let start = Instant::now();
+    loop {
+        if node.bed.try_pid1_call(secs(2)).is_err() {
+            return start.elapsed();
+        }
+        assert!(
+            start.elapsed() < timeout,
+            "PID 1 still answers {timeout:?} after the fast-forward (serial {:#x})",
+            node.bed.pid1_bus_serial()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// How long the control run (observe mode) watches the wedged node (the issue: at least 4 min);
+/// `PLEG_GUARD_REAL_NODE_OBSERVE_SECS` shortens it by hand.
+fn observe_secs() -> u64 {
+    std::env::var("PLEG_GUARD_REAL_NODE_OBSERVE_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(240)
+}
+
+/// The seed's incident for real: an affected PID 1 (pre-v242 sd-bus) whose serial is
+/// fast-forwarded to just below 2^32, so it wedges on the real node's own bus traffic (kubelet,
+/// runc's systemd cgroup driver, logind, pleg-guard).
+///
+/// First pleg-guard in `mode = "observe"`: what the real node shows for minutes is recorded
+/// (target/real-node/seed-observe.txt): pod creation, kubelet's own lines, the Node's conditions,
+/// logind. Then at its defaults (the drop-in removed, the daemon restarted): the wedge is cured by
+/// one `daemon-reexec`, the pod created during the wedge reaches Running, the Node's Ready never
+/// turned False on the watch, and NPD's SystemdBusWedged was True on the Node during the wedge
+/// and is False after.
+#[test]
+fn seed_bus_wedge_on_a_real_node_observed_then_cured_at_defaults() {
+    let Some(node) = require_node(true) else {
+        return;
+    };
+    let watch = node.watch();
+    let bed = &node.bed;
+    bed.write_file(
+        "/etc/pleg-guard/config.d/50-observe.toml",
+        "mode = \"observe\"\n",
+    );
+    bed.sh_ok("systemctl restart pleg-guard");
+    bed.pid1_bus_object();
+    let since = node.bed_now();
+    let cursor = bed.journal_cursor();
+    let t0 = Instant::now();
+    bed.fast_forward_pid1_serial(SERIAL_MAX - 8);
+    let wedged_after = wait_wedged(&node, secs(120));
+    let t_wedged = Instant::now();
+    node.create_pod("during-wedge");
+
+    // the control run: record for observe_secs()
+    let mut log = format!(
+        "PID 1's serial fast-forwarded to 2^32-9; PID 1 stopped answering {wedged_after:?} later\n"
+    );
+    let mut phase = String::new();
+    while t_wedged.elapsed() < secs(observe_secs()) {
+        let c = node.conditions();
+        let p = node.pod_phase("during-wedge");
+        let answers = bed.try_pid1_call(secs(2)).is_ok();
+        let logind = bed
+            .try_sh(
+                "timeout 5 loginctl list-sessions --no-legend >/dev/null",
+                secs(10),
+            )
+            .map(|o| o.status.success())
+            .unwrap_or(false);
+        let line = format!(
+            "t+{:>3}s Ready={} SystemdBusWedged={} PLEGUnhealthy={} pod during-wedge={p} \
+             PID1-answers={answers} loginctl-ok={logind}\n",
+            t_wedged.elapsed().as_secs(),
+            c.get("Ready").map_or("-", |x| x.0.as_str()),
+            c.get("SystemdBusWedged").map_or("-", |x| x.0.as_str()),
+            c.get("PLEGUnhealthy").map_or("-", |x| x.0.as_str()),
+        );
+        if line[8..] != phase {
+            log.push_str(&line);
+            phase = line[8..].to_string();
+        }
+        std::thread::sleep(secs(10));
+    }
+    let wedged_seen = watch.first("SystemdBusWedged", "True");
+    let ready_false = watch.first("Ready", "False");
+    log.push_str(&format!(
+        "Node on the watch: SystemdBusWedged True after {:?}; Ready False after {:?}\n",
+        wedged_seen.map(|t| t.saturating_duration_since(t0)),
+        ready_false.map(|t| t.saturating_duration_since(t0)),
+    ));
+    let findings: Vec<String> = bed
+        .journal_after(&cursor, &["-u", "pleg-guard", "PLEG_GUARD_EVENT=finding"])
+        .iter()
+        .filter_map(|e| field(e, "PLEG_GUARD_FINDING").map(str::to_string))
+        .collect();
+    log.push_str(&format!("pleg-guard (observe) findings: {findings:?}\n"));
+    log.push_str("kubelet's own warnings and errors during the wedge:\n");
+    for l in kubelet_trouble(&node, &since) {
+        log.push_str(&format!("  {l}\n"));
+    }
+    let disconnects = bed
+        .sh_ok("journalctl --no-pager _PID=1 -o cat | grep -c 'Got disconnect on API bus' || true");
+    log.push_str(&format!(
+        "PID 1 'Got disconnect on API bus.': {disconnects}\n"
+    ));
+    report("seed-observe", &log);
+    assert_eq!(bed.reexec_count(), 0, "observe mode reexecuted PID 1");
+    assert!(
+        wedged_seen.is_some(),
+        "SystemdBusWedged never True on the Node during a {} s wedge",
+        observe_secs()
+    );
+
+    // at defaults: the shipped config alone
+    let still_wedged = bed.try_pid1_call(secs(2)).is_err();
+    assert!(
+        still_wedged,
+        "the wedge ended by itself during the control run:\n{log}"
+    );
+    bed.sh_ok("rm /etc/pleg-guard/config.d/50-observe.toml && systemctl restart pleg-guard");
+    let t_defaults = Instant::now();
+    let ok = bed.wait_event_after(
+        Some(&cursor),
+        "action-succeeded",
+        &[("PLEG_GUARD_ACTION", "daemon-reexec")],
+        secs(180),
+    );
+    let t_cured = entry_instant(&ok);
+    assert!(
+        bed.try_pid1_call(secs(5)).is_ok(),
+        "PID 1 does not answer after the reexec"
+    );
+    let running_after = node.wait_pod_running("during-wedge", secs(180));
+    node.wait_conditions("SystemdBusWedged False after the cure", secs(120), |c| {
+        c.get("SystemdBusWedged").is_some_and(|x| x.0 == "False")
+    });
+    std::thread::sleep(secs(15));
+    assert_eq!(bed.reexec_count(), 1, "exactly one reexec");
+    assert_eq!(
+        bed.pleg_guard_events("action-started", &[("PLEG_GUARD_ACTION", "daemon-reexec")])
+            .len(),
+        1
+    );
+    eprintln!(
+        "MEASURE seed wedge at defaults: reexec succeeded {:?} after pleg-guard started at \
+         defaults (startup_grace 30s); pod created during the wedge Running {:?} after that",
+        t_cured.saturating_duration_since(t_defaults),
+        running_after
+    );
+    assert_ready_throughout(&watch, "the seed's wedge at defaults");
+}
+
+/// containerd frozen (SIGSTOP, shims left running): kubelet's own messages about the runtime
+/// and PLEG come; pleg-guard finds `containerd-unresponsive` and, from kubelet's real line,
+/// `kubelet-pleg-unhealthy`; NPD puts ContainerRuntimeUnresponsive True on the Node with
+/// pleg-guard's message; nothing is restarted while the runtime is down; once it is resumed
+/// the Node is Ready again. kubelet's lines are recorded (target/real-node/runtime-wedged.txt).
+#[test]
+fn frozen_containerd_is_reported_not_restarted_and_the_node_recovers() {
+    let Some(node) = require_node(false) else {
+        return;
+    };
+    let watch = node.watch();
+    let bed = &node.bed;
+    let since = node.bed_now();
+    let cursor = bed.journal_cursor();
+    let containerd = node.unit_main_pid("containerd.service");
+    let kubelet = node.unit_main_pid("kubelet.service");
+    let t0 = Instant::now();
+    bed.sh_ok(&format!("kill -STOP {containerd}"));
+    struct Resume<'a>(&'a Bed, u32);
+    impl Drop for Resume<'_> {
+        fn drop(&mut self) {
+            let _ = self.0.try_sh(&format!("kill -CONT {}", self.1), secs(10));
+        }
+    }
+    let resume = Resume(bed, containerd);
+    let found = bed.wait_event_after(
+        Some(&cursor),
+        "finding",
+        &[("PLEG_GUARD_FINDING", "containerd-unresponsive")],
+        secs(120),
+    );
+    let npd = node.wait_conditions("ContainerRuntimeUnresponsive True", secs(180), |c| {
+        c.get("ContainerRuntimeUnresponsive")
+            .is_some_and(|x| x.0 == "True")
+    });
+    let t_npd = t0.elapsed();
+    // kubelet's PLEG threshold is 3 min: wait for its own line, then pleg-guard's finding from it
+    let pleg_line = bed.wait_journal(
+        &["-u", "kubelet", "--since", &since],
+        |e| field(e, "MESSAGE").is_some_and(|m| m.contains("PLEG is not healthy")),
+        secs(300),
+    );
+    let t_pleg_line = entry_instant(&pleg_line).saturating_duration_since(t0);
+    let pleg_finding = bed.wait_event_after(
+        Some(&cursor),
+        "finding",
+        &[("PLEG_GUARD_FINDING", "kubelet-pleg-unhealthy")],
+        secs(60),
+    );
+    let t_ready_false = watch
+        .first("Ready", "False")
+        .map(|t| t.saturating_duration_since(t0));
+    let mut log = format!(
+        "containerd SIGSTOPped at t0\ncontainerd-unresponsive after {:?}; ContainerRuntimeUnresponsive True on the Node by {t_npd:?}: {:?}\n\
+         kubelet's first PLEG line after {t_pleg_line:?}; kubelet-pleg-unhealthy after {:?}; Ready False on the watch after {t_ready_false:?}\n\
+         kubelet's own warnings and errors:\n",
+        entry_instant(&found).saturating_duration_since(t0),
+        npd["ContainerRuntimeUnresponsive"],
+        entry_instant(&pleg_finding).saturating_duration_since(t0),
+    );
+    for l in kubelet_trouble(&node, &since) {
+        log.push_str(&format!("  {l}\n"));
+    }
+    log.push_str(&format!(
+        "Ready condition: {:?}\n",
+        node.conditions().get("Ready")
+    ));
+    // nothing restarted while the runtime is down
+    let started = bed.journal_after(
+        &cursor,
+        &["-u", "pleg-guard", "PLEG_GUARD_EVENT=action-started"],
+    );
+    assert!(
+        started.is_empty(),
+        "pleg-guard acted while the runtime was down: {started:#?}"
+    );
+    assert_eq!(
+        node.unit_main_pid("kubelet.service"),
+        kubelet,
+        "kubelet was restarted"
+    );
+    drop(resume);
+    let t_resumed = Instant::now();
+    node.wait_conditions("Ready True after containerd resumed", secs(240), |c| {
+        c.get("Ready").is_some_and(|x| x.0 == "True")
+    });
+    log.push_str(&format!(
+        "containerd resumed after {:?}; Node Ready again {:?} later\n",
+        t_resumed.saturating_duration_since(t0),
+        t_resumed.elapsed()
+    ));
+    let (_, _, message) = &npd["ContainerRuntimeUnresponsive"];
+    assert!(message.contains("containerd"), "NPD's message: {message}");
+    // After the runtime is back kubelet's PLEG lines stay in pleg-guard's 60 s log window:
+    // recorded (docs/real-node.md), not asserted, as the issue only rules out a restart while
+    // the runtime is down.
+    std::thread::sleep(secs(70));
+    let after: Vec<String> = bed
+        .journal_after(
+            &cursor,
+            &["-u", "pleg-guard", "PLEG_GUARD_EVENT=action-started"],
+        )
+        .iter()
+        .map(|e| {
+            format!(
+                "{:?} after the resume: {}",
+                entry_instant(e).saturating_duration_since(t_resumed),
+                field(e, "MESSAGE").unwrap_or("")
+            )
+        })
+        .collect();
+    log.push_str(&format!(
+        "pleg-guard actions in the 70 s after containerd returned: {after:#?}\n"
+    ));
+    report("runtime-wedged", &log);
+}
+
+/// A kubelet restarted by hand (an upgrade, a config change) on a healthy node is no PLEG stall:
+/// pleg-guard must not restart it again. At every start the real kubelet logs, for about a
+/// second, `"Skipping pod synchronization" err="[container runtime status check may not have
+/// completed yet, PLEG is not healthy: pleg has yet to be successful]"`; pleg-guard 0.1.0 counts
+/// that line for its whole `kubelet.pleg_log_window` (60 s) and restarts kubelet once its rounds
+/// agree (seen here: 35 s after its own start on a fresh node). Ignored until the PLEG-line
+/// matcher tells a stall (`pleg was last seen active ... ago`) from a start; docs/real-node.md.
+#[test]
+#[ignore = "pleg-guard 0.1.0 takes kubelet's start-up line for a PLEG stall (docs/real-node.md)"]
+fn kubelet_restarted_by_hand_is_not_taken_for_a_pleg_stall() {
+    let Some(node) = require_node(false) else {
+        return;
+    };
+    let cursor = node.bed.journal_cursor();
+    node.bed.sh_ok("systemctl restart kubelet");
+    std::thread::sleep(secs(90));
+    let started = node.bed.journal_after(
+        &cursor,
+        &["-u", "pleg-guard", "PLEG_GUARD_EVENT=action-started"],
+    );
+    let findings: Vec<String> = node
+        .bed
+        .journal_after(&cursor, &["-u", "pleg-guard", "PLEG_GUARD_EVENT=finding"])
+        .iter()
+        .filter_map(|e| field(e, "MESSAGE").map(str::to_string))
+        .collect();
+    assert!(
+        started.is_empty() && findings.is_empty(),
+        "pleg-guard after a clean kubelet restart: findings {findings:#?}, actions {started:#?}"
+    );
+}
