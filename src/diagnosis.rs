@@ -18,6 +18,16 @@ use crate::systemd::version::Verdict;
 use crate::target::Round;
 use crate::target::{Observation, Target, TargetState};
 
+/// Whether a container runtime (docker, containerd) answers again after being unhealthy.
+pub fn runtime_recovered(transitions: &[Transition]) -> bool {
+    transitions.iter().any(|t| {
+        matches!(
+            t,
+            Transition::Recovered(Target::Docker | Target::Containerd)
+        )
+    })
+}
+
 /// A diagnosis pleg-guard can make. The ids are part of the journal interface
 /// (`PLEG_GUARD_FINDING`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -325,8 +335,15 @@ impl Diagnosis {
         }
 
         let view = Round::merged(self.view.as_ref(), round);
-        let current = self.read_findings(&view, verdict);
+        let mut current = self.read_findings(&view, verdict);
         self.view = Some(view);
+        // The runtime answers again this round: kubelet's PLEG complaints in its log window were
+        // logged while it was down, and say nothing about kubelet now (a real kubelet 1.34 heals
+        // within a relist, and was restarted needlessly on them). The daemon drops those lines
+        // (`Prober::ignore_kubelet_logs_before`); until then no kubelet finding stands.
+        if runtime_recovered(&transitions) {
+            current.retain(|(id, _, _)| *id != FindingId::KubeletPlegUnhealthy);
+        }
         let mut next = Vec::new();
         let mut new = Vec::new();
         for (id, target, detail) in current {
@@ -781,6 +798,30 @@ mod tests {
         d.update(&round(1, vec![]), Some(&affected), t(1));
         assert_eq!(ids(&d), vec![FindingId::SystemdAffected]);
         assert!(!d.degraded());
+    }
+
+    /// The round in which the runtime answers again, kubelet's PLEG complaints (logged while it
+    /// was down) make no finding: the real kubelet 1.34 of tests/real_node.rs healed within a
+    /// relist and was restarted needlessly on them. A complaint that goes on afterwards does.
+    #[test]
+    fn kubelets_complaints_from_a_runtime_outage_make_no_finding_when_it_returns() {
+        let mut d = Diagnosis::new(1);
+        let kubelet = || obs(Target::Kubelet, TargetState::Error);
+        let down = obs(Target::Containerd, TargetState::Unresponsive);
+        d.update(&round(0, vec![down, kubelet()]), None, t(0));
+        assert_eq!(
+            ids(&d),
+            vec![
+                FindingId::ContainerdUnresponsive,
+                FindingId::KubeletPlegUnhealthy
+            ]
+        );
+        let (tr, _) = d.update(&round(10, vec![kubelet()]), None, t(10));
+        assert!(runtime_recovered(&tr), "{tr:?}");
+        assert_eq!(ids(&d), Vec::<FindingId>::new());
+        // kubelet still complaining a round later (the daemon dropped the old lines): it counts
+        d.update(&round(20, vec![kubelet()]), None, t(20));
+        assert_eq!(ids(&d), vec![FindingId::KubeletPlegUnhealthy]);
     }
 
     /// A failing healthz whose listener is another user's makes no finding (no restart on

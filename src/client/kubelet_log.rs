@@ -135,9 +135,18 @@ fn quoted_prefix(s: &str) -> Option<&str> {
     None
 }
 
-/// The PLEG element of kubelet's error list: the whole value (one error), or one of the
-/// `, `-separated elements of a bracketed aggregate.
+/// What PLEG's health check says before its first relist has completed
+/// (`pleg has yet to be successful`): every kubelet logs it for a moment at start (the real
+/// kubelet 1.34 of tests/real_node.rs, at every start), so it is no stall.
+const NOT_YET: &str = "PLEG is not healthy: pleg has yet to be successful";
+
+/// The PLEG element of kubelet's error list (the whole value, or one of the `, `-separated
+/// elements of a bracketed aggregate), unless it is kubelet's start-up [`NOT_YET`].
 fn pleg_element(errors: &str) -> Option<&str> {
+    any_pleg_element(errors).filter(|e| !e.starts_with(NOT_YET))
+}
+
+fn any_pleg_element(errors: &str) -> Option<&str> {
     if errors.starts_with(PLEG) {
         return Some(errors.trim_end_matches(']'));
     }
@@ -177,6 +186,10 @@ mod tests {
     /// With `-add_dir_header`.
     const WITH_DIR: &str = r#"E0826 17:00:14.128025    1445 pkg/kubelet/kubelet.go:1882] "Skipping pod synchronization" err="PLEG is not healthy: pleg has yet to be successful""#;
     /// `--logging-format=json`.
+    /// kubelet v1.34.12 of tests/real_node.rs, containerd frozen for 3 min (its journal).
+    const REAL_134_RUNTIME_DOWN: &str = r#"E1204 22:28:51.228365 186 kubelet.go:2457] "Skipping pod synchronization" err="[container runtime is down, PLEG is not healthy: pleg was last seen active 3m3.153220259s ago; threshold is 3m0s]""#;
+    /// The same kubelet at its start, on a healthy node.
+    const REAL_134_START: &str = r#"E1204 21:40:37.061696 263 kubelet.go:2457] "Skipping pod synchronization" err="[container runtime status check may not have completed yet, PLEG is not healthy: pleg has yet to be successful]""#;
     const JSON: &str = r#"{"ts":1733150000123.4,"caller":"kubelet/kubelet.go:2593","msg":"Skipping pod synchronization","v":0,"err":"PLEG is not healthy: pleg was last seen active 3m0.5s ago; threshold is 3m0s"}"#;
 
     #[test]
@@ -186,8 +199,7 @@ mod tests {
             TEXT_BARE,
             STRUCTURED_ONE,
             STRUCTURED_BARE,
-            STRUCTURED_TWO,
-            WITH_DIR,
+            REAL_134_RUNTIME_DOWN,
             JSON,
         ] {
             let got = pleg_complaint(line);
@@ -203,8 +215,26 @@ mod tests {
             )
         );
         assert_eq!(
-            pleg_complaint(STRUCTURED_TWO).as_deref(),
-            Some("PLEG is not healthy: pleg has yet to be successful")
+            pleg_complaint(REAL_134_RUNTIME_DOWN).as_deref(),
+            Some(
+                "PLEG is not healthy: pleg was last seen active 3m3.153220259s ago; threshold is 3m0s"
+            )
+        );
+    }
+
+    /// kubelet's sync-loop line before PLEG's first relist completed (`pleg has yet to be
+    /// successful`): the real kubelet 1.34 logs it at every start, and pleg-guard once
+    /// restarted a fresh, healthy kubelet on it. No stall, in any format.
+    #[test]
+    fn kubelets_start_up_line_is_no_stall() {
+        for line in [STRUCTURED_TWO, WITH_DIR, REAL_134_START] {
+            assert_eq!(pleg_complaint(line), None, "{line}");
+        }
+        assert_eq!(
+            pleg_complaint(
+                r#"{"msg":"Skipping pod synchronization","err":"PLEG is not healthy: pleg has yet to be successful"}"#
+            ),
+            None
         );
     }
 

@@ -275,6 +275,10 @@ impl Daemon {
         self.diagnosis.set_serial_exhaustion(outlook.exhaustion);
         let (transitions, new_findings) =
             self.diagnosis.update(&round, self.systemd.verdict(), now);
+        if crate::diagnosis::runtime_recovered(&transitions) {
+            // kubelet's PLEG lines from the outage are not evidence against kubelet now
+            self.prober.ignore_kubelet_logs_before(now);
+        }
         for t in transitions {
             self.log_transition(&round, t);
         }

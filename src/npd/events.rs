@@ -194,10 +194,10 @@ fn cut_keeping_tail(message: &str, tail: &str) -> String {
     if tail.is_empty() || full == message {
         return full;
     }
-    let head: String = message
-        .chars()
-        .take(super::MAX_MESSAGE.saturating_sub(tail.chars().count() + 1))
-        .collect();
+    let head = super::prefix_within(
+        message,
+        super::MAX_MESSAGE.saturating_sub(tail.len() + '…'.len_utf8()),
+    );
     format!("{head}…{tail}")
 }
 
@@ -358,10 +358,10 @@ mod tests {
         let v = call(Temporary::RepairSuppressed, &l, &mut c);
         assert_eq!(
             v.message,
+            // 77 bytes and the 3 of the ellipsis: NPD keeps 80 bytes
             "reexec held back by its rate limit; kubelet restart held back by its rate limit 2 times"
-                .chars()
-                .take(79)
-                .collect::<String>()
+                [..77]
+                .to_owned()
                 + "…"
         );
         assert_eq!(call(Temporary::RepairSuppressed, &l, &mut c).exit, 0);
@@ -385,7 +385,7 @@ mod tests {
         ]);
         let v = call(Temporary::Repaired, &l, &mut Cursor::default());
         assert!(v.message.ends_with("… (+1 more)"), "{}", v.message);
-        assert!(v.message.chars().count() <= super::super::MAX_MESSAGE);
+        assert!(v.message.len() <= super::super::MAX_MESSAGE);
     }
 
     #[test]

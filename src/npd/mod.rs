@@ -1,5 +1,5 @@
 //! node-problem-detector's custom-plugin verdict: a condition read off the daemon's
-//! status.json (never probed again), as an exit code and a message of at most 80 characters.
+//! status.json (never probed again), as an exit code and a message of at most 80 bytes.
 //!
 //! NPD runs the rule every `invoke_interval`: exit 0 means the condition is false, 1 true, and
 //! any other exit unknown; the first line of standard output becomes the condition's message.
@@ -71,7 +71,7 @@ impl Condition {
 pub struct Verdict {
     /// 0 false (OK), 1 true (problem), 2 unknown.
     pub exit: u8,
-    /// The first line NPD shows, at most [`MAX_MESSAGE`] characters.
+    /// The first line NPD shows, at most [`MAX_MESSAGE`] bytes.
     pub message: String,
 }
 
@@ -136,15 +136,24 @@ pub(crate) fn clock(t: SystemTime) -> String {
     s.get(11..19).map_or(s.clone(), |c| format!("{c}Z"))
 }
 
-/// One line of at most [`MAX_MESSAGE`] characters.
+/// One line of at most [`MAX_MESSAGE`] bytes, cut at a character boundary: NPD cuts its
+/// plugins' output at `max_output_length` *bytes*, so a line measured in characters lost half
+/// a character on the real Node (`...;\u{FFFD}`, tests/real_node.rs).
 pub(crate) fn cut(s: &str) -> String {
     let line = s.lines().next().unwrap_or_default();
-    if line.chars().count() <= MAX_MESSAGE {
+    if line.len() <= MAX_MESSAGE {
         return line.to_owned();
     }
-    let mut out: String = line.chars().take(MAX_MESSAGE - 1).collect();
-    out.push('…');
-    out
+    format!("{}…", prefix_within(line, MAX_MESSAGE - '…'.len_utf8()))
+}
+
+/// The longest prefix of `s` of at most `bytes` bytes that ends on a character boundary.
+pub(crate) fn prefix_within(s: &str, bytes: usize) -> &str {
+    let mut end = bytes.min(s.len());
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
 }
 
 #[cfg(test)]
@@ -160,12 +169,16 @@ mod tests {
     }
 
     #[test]
-    fn messages_are_one_line_of_at_most_80_characters() {
+    fn messages_are_one_line_of_at_most_80_bytes() {
         let long = "é".repeat(200) + "\nsecond line";
         let c = cut(&long);
-        assert_eq!(c.chars().count(), MAX_MESSAGE);
+        assert!(c.len() <= MAX_MESSAGE && c.len() >= MAX_MESSAGE - 4, "{c}");
+        assert!(c.ends_with('…'));
         assert!(!c.contains('\n'));
         assert_eq!(cut("short\nmore"), "short");
+        let ascii = "x".repeat(200);
+        assert_eq!(cut(&ascii).len(), MAX_MESSAGE);
+        assert_eq!(prefix_within("aé", 2), "a");
     }
 
     /// A status.json written by the daemon (observe mode, this project's machine).
@@ -208,7 +221,7 @@ mod tests {
             "{}",
             v.message
         );
-        assert!(v.message.chars().count() <= MAX_MESSAGE);
+        assert!(v.message.len() <= MAX_MESSAGE);
         assert_eq!(
             verdict(Condition::PlegUnhealthy, &s, s.updated_at, true).exit,
             0
