@@ -21,12 +21,15 @@ BIN=$(packaging/gen-assets.sh | tail -n 1)
 TRIPLE=$(rustc -vV | sed -n 's/^host: //p')
 
 glibc=$(objdump -T "$BIN" | grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/^GLIBC_//' | sort -uV | tail -n 1)
-depends=$(sed -n 's/^depends = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
+depends=$(sed -n 's/^depends = "\(.*\)"$/\1/p;T;q' Cargo.toml)
 case "$depends" in
     *"libc6 (>= $glibc)"*) ;;
     *) echo "build-deb: Cargo.toml's Depends \"$depends\" does not say libc6 (>= $glibc), what $BIN needs" >&2; exit 1 ;;
 esac
-if readelf -d "$BIN" | grep -q '\[libgcc_s\.so\.1\]' && [[ $depends != *libgcc1* ]]; then
+# (the dynamic section read whole first: `readelf | grep -q` under pipefail fails whenever grep
+# exits before readelf's last write)
+dynamic=$(readelf -d "$BIN")
+if grep -q '\[libgcc_s\.so\.1\]' <<<"$dynamic" && [[ $depends != *libgcc1* ]]; then
     echo "build-deb: $BIN links libgcc_s: add \"libgcc-s1 | libgcc1\" to Depends in Cargo.toml" >&2
     exit 1
 fi

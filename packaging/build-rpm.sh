@@ -30,7 +30,9 @@ for ((i = 1; i <= $#; i++)); do
     if [ "${!i}" = -o ] || [ "${!i}" = --output ]; then j=$((i + 1)); dir=${!j}; fi
 done
 if [ -d "$dir" ]; then
-    ls -t "$dir"/*.rpm | head -n 1
+    # the newest (ls's whole answer read first: no early-exiting reader under pipefail)
+    rpms=$(ls -t "$dir"/*.rpm)
+    echo "${rpms%%$'\n'*}"
 else
     echo "$dir"
 fi

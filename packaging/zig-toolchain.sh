@@ -17,7 +17,7 @@ VENV=${PLEG_GUARD_ZIG_VENV:-${CARGO_TARGET_DIR:-target}/zig-venv}
 die() { echo "zig-toolchain: $*" >&2; exit 1; }
 
 # (`cargo zigbuild --version` is an error: ask the binary itself)
-if ! cargo-zigbuild --version 2>/dev/null | grep -q "^cargo-zigbuild 0\.24\."; then
+if [[ "$(cargo-zigbuild --version 2>/dev/null || true)" != "cargo-zigbuild 0.24."* ]]; then
     echo "zig-toolchain: installing cargo-zigbuild $ZIGBUILD_VERSION (cargo install --locked)" >&2
     # unoptimised: it only runs cargo and zig, and this cuts its build to a fraction;
     # PLEG_GUARD_TOOLS_TARGET_DIR lets tests/run-all.sh share one build directory between

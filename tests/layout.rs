@@ -496,3 +496,85 @@ fn pure_cores_name_no_io_module() {
         "pure cores reaching into I/O modules: {wrong:#?}"
     );
 }
+
+/// Every shell script of the repository (tests, packaging, CI, the protoc wrapper).
+fn shell_scripts() -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut out = Vec::new();
+    let mut dirs = vec![
+        root.join("tests"),
+        root.join("packaging"),
+        root.join(".ci"),
+        root.join("fuzz"),
+    ];
+    while let Some(dir) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else if std::fs::read_to_string(&p).is_ok_and(|t| {
+                p.extension().is_some_and(|x| x == "sh")
+                    || t.starts_with("#!/bin/bash")
+                    || t.starts_with("#!/usr/bin/env bash")
+            }) {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Under `set -o pipefail`, `producer | grep -q` fails whenever grep exits at its first match
+/// before the producer's last write (SIGPIPE): an image that is there reads as missing. That
+/// was the fresh-machine failure of issue 31 (`ctr images ls -q | grep -qx`, about one call in
+/// a hundred). Scripts read the producer's whole output first (`x=$(...)`, `grep -q <<<"$x"`).
+#[test]
+fn no_script_pipes_into_an_early_exiting_grep_under_pipefail() {
+    let scripts = shell_scripts();
+    assert!(
+        scripts
+            .iter()
+            .any(|p| p.ends_with("tests/bed/containerd.sh")),
+        "{scripts:?}"
+    );
+    let mut bad = Vec::new();
+    for p in scripts {
+        let Ok(text) = std::fs::read_to_string(&p) else {
+            continue;
+        };
+        if !text.contains("pipefail") {
+            continue;
+        }
+        for (n, line) in text.lines().enumerate() {
+            let code = line.split(" #").next().unwrap_or(line);
+            if code.trim_start().starts_with('#') {
+                continue;
+            }
+            for piece in code.split('|').skip(1) {
+                let words: Vec<&str> = piece.split_whitespace().collect();
+                let early = match words.first() {
+                    Some(&"grep") => words.iter().any(|w| {
+                        w.starts_with('-')
+                            && !w.starts_with("--")
+                            && (w.contains('q') || w.contains('m'))
+                    }),
+                    Some(&"head") => true,
+                    _ => false,
+                };
+                // `... | head -n 1 || true` says it does not mind
+                if early && !code.contains("|| true") {
+                    bad.push(format!("{}:{}: {}", p.display(), n + 1, line.trim()));
+                }
+            }
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "early-exiting reader in a pipeline under pipefail:\n{}",
+        bad.join("\n")
+    );
+}

@@ -125,7 +125,7 @@ echo "affected-libsystemd: systemd $version; log $log"
     apt-get install -y -qq --no-install-recommends dpkg-dev build-essential &&
     apt-get build-dep -y -qq "systemd=$version" &&
     cd "$work" &&
-    { [ -d src ] || { apt-get source -qq "systemd=$version" && mv "$(find . -maxdepth 1 -type d -name 'systemd-*' | head -1)" src; }; }
+    { [ -d src ] || { apt-get source -qq "systemd=$version" && mv ./systemd-*/ src; }; }
 } >"$log" 2>&1 || { tail -30 "$log" >&2; die "could not get systemd $version's source and build dependencies (log $log)"; }
 cd "$work/src"
 f=src/libsystemd/sd-bus/sd-bus.c

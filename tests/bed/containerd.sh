@@ -28,6 +28,15 @@ NS=k8s.io
 
 die() { echo "containerd.sh: ERROR: $*" >&2; exit 1; }
 ctr_() { timeout 20 ctr --address "$SOCK" "$@"; }
+# Whether the image is in containerd. Never `ctr ... | grep -q` under pipefail: grep exits at
+# its first match, ctr's next write gets SIGPIPE and the pipeline fails although the image is
+# there (~1 in 100 calls here, more under load: "... not in containerd after import", the
+# fresh-machine failure of issue 31). Read the whole answer first, then look in it.
+has_image() {
+    local images
+    images=$(ctr_ -n $NS images ls -q) || return 1
+    grep -qxF "$1" <<<"$images"
+}
 answers() { [ -S "$SOCK" ] && timeout 5 ctr --address "$SOCK" version >/dev/null 2>&1; }
 ours() { pgrep -f "^containerd --config $CONF\$" || true; }
 
@@ -107,11 +116,12 @@ if ! answers; then
     [ $ok = 1 ] || { tail -20 "$LOG" >&2; die "the bed's containerd does not answer after 30 s (log $LOG)"; }
     echo "containerd.sh: started containerd (log $LOG)"
 fi
-ctr_ plugins ls | grep -Eq 'io\.containerd\.grpc\.v1 +cri .* ok' \
-    || { ctr_ plugins ls | grep cri >&2 || true; tail -20 "$LOG" >&2; die "containerd's CRI plugin is not ok (log $LOG)"; }
+plugins=$(ctr_ plugins ls) || die "ctr plugins ls failed (log $LOG)"
+grep -Eq 'io\.containerd\.grpc\.v1 +cri .* ok' <<<"$plugins" \
+    || { grep cri <<<"$plugins" >&2 || true; tail -20 "$LOG" >&2; die "containerd's CRI plugin is not ok (log $LOG)"; }
 
 # the sandbox (and container) image
-if ! ctr_ -n $NS images ls -q | grep -qx "docker.io/$PAUSE"; then
+if ! has_image "docker.io/$PAUSE"; then
     # it comes from the host's dockerd, which tests stop and restart under the docker lock
     # (taken after the containerd lock, the order the tests take them in)
     exec 9>>"$DOCKER_LOCK"
@@ -128,7 +138,7 @@ if ! ctr_ -n $NS images ls -q | grep -qx "docker.io/$PAUSE"; then
         docker rm -f "$cid" >/dev/null
     fi
     docker save "$PAUSE" | ctr_ -n $NS images import - >/dev/null || die "ctr images import $PAUSE failed"
-    ctr_ -n $NS images ls -q | grep -qx "docker.io/$PAUSE" || die "docker.io/$PAUSE not in containerd after import"
+    has_image "docker.io/$PAUSE" || die "docker.io/$PAUSE not in containerd after import"
     echo "containerd.sh: imported docker.io/$PAUSE into containerd ($NS)"
     exec 9>&-
 fi

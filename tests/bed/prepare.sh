@@ -28,7 +28,7 @@ step_done() { awk -v a="$S0" -v b="$(date +%s.%N)" -v s="$STEP" -v w="$1" 'BEGIN
 step_start packages
 missing=()
 for p in "${PACKAGES[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+    [ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" = "install ok installed" ] || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
     apt-get update -qq >/tmp/pleg-guard-test-apt.log 2>&1 || { cat /tmp/pleg-guard-test-apt.log >&2; die "apt-get update failed"; }
@@ -53,7 +53,7 @@ resume_docker() {
     # bed's, and tests/real_node.rs stops it on purpose)
     local host_pidns
     host_pidns=$(readlink /proc/self/ns/pid)
-    for pid in $(pgrep -x dockerd) $(pgrep -x containerd | while read -r p; do tr '\0' ' ' </proc/"$p"/cmdline 2>/dev/null | grep -q pleg-guard-test-containerd || echo "$p"; done); do
+    for pid in $(pgrep -x dockerd) $(pgrep -x containerd | while read -r p; do [[ "$(tr '\0' ' ' </proc/"$p"/cmdline 2>/dev/null)" == *pleg-guard-test-containerd* ]] || echo "$p"; done); do
         [ "$(readlink /proc/"$pid"/ns/pid 2>/dev/null)" = "$host_pidns" ] || continue
         [ "$(awk '{print $3}' /proc/$pid/stat 2>/dev/null)" = T ] && { kill -CONT "$pid"; echo "prepare: resumed stopped pid $pid ($(cat /proc/$pid/comm))"; }
     done
