@@ -5,11 +5,12 @@
 //! - idle (no request): the lease's keep-alives, nothing else — no watch, no periodic read;
 //!   the member key is written at connect and when the findings it reports change;
 //! - asking: one transaction joins the queue, one read shows the group (counts, the holders,
-//!   the few queue keys just ahead), then a grant transaction or a narrow watch (the first
-//!   `max` waiters: the holder keys' deletes and their predecessor; the rest: the waiter `max`
-//!   places ahead); each event the watch sends costs one read (the next in line tries a freed
-//!   slot at once); a waiter among the first `max` also reads again every [`WAIT_RECHECK`] (a
-//!   share budget grows with members that join, which no watch reports);
+//!   the few queue keys just ahead), then a grant transaction or a narrow watch (the next in
+//!   line: the holder keys' deletes and its predecessor; everyone further back: its
+//!   predecessor only, [`Snapshot::next`](super::group::Snapshot::next)); each event the watch
+//!   sends costs one read (the next in line tries a freed slot at once); a waiter among the
+//!   first `max` also reads again every [`WAIT_RECHECK`] (a share budget grows with members
+//!   that join, which no watch reports);
 //! - holding: nothing until the release (one guarded delete).
 //!
 //! One connection at a time. Any failure drops it and the task reconnects with a backoff of
@@ -431,6 +432,30 @@ impl Actor {
         }
     }
 
+    /// Join the queue (or find this node's request there already): its snapshot.
+    async fn join(
+        &mut self,
+        session: &mut Session,
+        want: &Want,
+        queue_value: &[u8],
+        lease: i64,
+        depth: usize,
+    ) -> Result<Snapshot, FleetError> {
+        let (me, snap) = session
+            .conn
+            .join(
+                &self.keys,
+                &self.s.node,
+                want.urgency,
+                queue_value.to_vec(),
+                lease,
+                depth,
+            )
+            .await?;
+        self.queued = Some((me, want.action));
+        Ok(snap)
+    }
+
     /// Bring etcd in line with what the handle asked: release, withdraw, report, ask, take.
     async fn step(&mut self, session: &mut Session) -> Result<(), FleetError> {
         let Some(lease) = self.lease else {
@@ -497,19 +522,8 @@ impl Actor {
         let depth = self.depth();
         let mut snap = match self.queued {
             None => {
-                let (me, snap) = session
-                    .conn
-                    .join(
-                        &self.keys,
-                        &self.s.node,
-                        want.urgency,
-                        queue_value.clone(),
-                        lease,
-                        depth,
-                    )
-                    .await?;
-                self.queued = Some((me, want.action));
-                snap
+                self.join(session, &want, &queue_value, lease, depth)
+                    .await?
             }
             Some((me, action)) => {
                 if action != want.action {
@@ -557,19 +571,9 @@ impl Actor {
             }
             if snap.queued == Some(false) {
                 // the queue key is gone (deleted by hand): ask again, at the end of the queue
-                let (me, fresh) = session
-                    .conn
-                    .join(
-                        &self.keys,
-                        &self.s.node,
-                        want.urgency,
-                        queue_value.clone(),
-                        lease,
-                        depth,
-                    )
+                snap = self
+                    .join(session, &want, &queue_value, lease, depth)
                     .await?;
-                self.queued = Some((me, want.action));
-                snap = fresh;
                 continue;
             }
             match snap.next(self.s.max_disruptive) {

@@ -286,9 +286,14 @@ impl Snapshot {
     /// What a waiter `ahead` of whom this snapshot counted does next. The free indices below
     /// `max` go to the first waiters in order, the `n`-th waiter taking the `n`-th free index,
     /// so waiters with the same snapshot never race for one slot. While any holder sits at an
-    /// index `>= max` (the budget shrank) nobody takes a slot. A waiter among the first `max`
-    /// watches the releases and its predecessor; one further back watches the waiter `max`
-    /// places ahead of it, the one whose turn makes room among the first `max`.
+    /// index `>= max` (the budget shrank) nobody takes a slot.
+    ///
+    /// A waiter that cannot take one watches as little as will wake it in time (like etcd's
+    /// `Mutex.waitDeletes`): the first waiter behind those the free slots go to watches the
+    /// releases (the next freed slot is its) and its predecessor; every waiter further back
+    /// watches its predecessor only, woken when that one is served or leaves. A release so
+    /// wakes one waiter and a grant the one behind it, however many wait: the watch messages
+    /// per grant do not grow with the slots or the queue.
     pub fn next(&self, budget: MaxDisruptive) -> Next {
         let max = self.max(budget);
         let blocked = self.holders.iter().any(|h| h.index >= max);
@@ -301,20 +306,12 @@ impl Snapshot {
                 return Next::Take { index, max };
             }
         }
-        let watch = if self.ahead < max {
-            WatchPlan {
-                releases: true,
-                key: self.nearest_ahead.first().cloned(),
-            }
-        } else {
-            WatchPlan {
-                releases: false,
-                key: self
-                    .nearest_ahead
-                    .get(max - 1)
-                    .or(self.nearest_ahead.last())
-                    .cloned(),
-            }
+        // the waiters ahead take what is free now; the next release is this waiter's if
+        // exactly that many wait ahead of it
+        let free_now = if blocked { 0 } else { free.len() };
+        let watch = WatchPlan {
+            releases: self.ahead == free_now,
+            key: self.nearest_ahead.first().cloned(),
         };
         Next::Wait {
             position: self.ahead,
@@ -403,7 +400,7 @@ mod tests {
     }
 
     #[test]
-    fn a_full_group_makes_the_first_max_watch_releases_and_the_rest_a_key_max_ahead() {
+    fn a_full_group_makes_the_next_in_line_watch_releases_and_the_rest_their_predecessor() {
         let full = vec![holder("a", 0, 7), holder("b", 1, 7)];
         let Next::Wait { watch, .. } = snap(10, full.clone(), 0).next(count(2)) else {
             panic!()
@@ -415,23 +412,48 @@ mod tests {
                 key: None
             }
         );
+        // second in line: woken when the first is served, not by every release
         let Next::Wait { watch, .. } = snap(10, full.clone(), 1).next(count(2)) else {
             panic!()
         };
-        assert!(watch.releases);
+        assert!(!watch.releases);
         assert_eq!(
             watch.key.as_deref(),
             Some(&b"/pg/default/queue/planned/w0"[..])
         );
-        // position 4, max 2: the waiter at position 2 (two ahead) is the one to watch
+        // far back: its predecessor only
         let Next::Wait { watch, .. } = snap(10, full, 4).next(count(2)) else {
             panic!()
         };
         assert!(!watch.releases);
         assert_eq!(
             watch.key.as_deref(),
-            Some(&b"/pg/default/queue/planned/w2"[..])
+            Some(&b"/pg/default/queue/planned/w3"[..])
         );
+    }
+
+    #[test]
+    fn with_slots_free_the_first_waiter_behind_their_takers_watches_the_releases() {
+        // 3 slots, 1 held: the two waiters ahead take indices 0 and 2; this one is next
+        let s = snap(10, vec![holder("h", 1, 7)], 2);
+        let Next::Wait { watch, .. } = s.next(count(3)) else {
+            panic!()
+        };
+        assert!(watch.releases);
+        assert_eq!(
+            watch.key.as_deref(),
+            Some(&b"/pg/default/queue/planned/w1"[..])
+        );
+        let Next::Wait { watch, .. } = snap(10, vec![holder("h", 1, 7)], 3).next(count(3)) else {
+            panic!()
+        };
+        assert!(!watch.releases);
+        // a holder above a shrunk budget: the first waiter watches the releases
+        let s = snap(2, vec![holder("b", 1, 7)], 0);
+        let Next::Wait { watch, .. } = s.next(MaxDisruptive::Percent(50)) else {
+            panic!()
+        };
+        assert!(watch.releases);
     }
 
     #[test]
