@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::{Value, json};
@@ -54,7 +54,14 @@ struct Node {
     token: String,
     pod_image: String,
     bed: Bed,
+    /// One node bed at a time in this process (they share the host's cgroup tree and one
+    /// lock): the next test waits here, not on node-up.sh's lock, whose 15 min bound a queue
+    /// of these tests (up to 10 min each) would outlast. Dropped after `Drop::drop` has taken
+    /// the bed down.
+    _one_at_a_time: MutexGuard<'static, ()>,
 }
+
+static ONE_NODE: Mutex<()> = Mutex::new(());
 
 /// Boots the node bed (affected PID 1 with `affected`). None (SKIPPED) where no bed can run off
 /// CI, like every bed test; a node-up.sh that fails is a failure.
@@ -64,6 +71,7 @@ fn require_node(affected: bool) -> Option<Node> {
     } else {
         require_bed()?;
     }
+    let one_at_a_time = ONE_NODE.lock().unwrap_or_else(|e| e.into_inner());
     let mut cmd = Command::new("bash");
     cmd.arg(repo().join("tests/k8s/node-up.sh"));
     if affected {
@@ -102,6 +110,7 @@ fn require_node(affected: bool) -> Option<Node> {
         pod_image: value("POD_IMAGE"),
         bed: Bed::attach(&name, bed_pid, affected),
         name,
+        _one_at_a_time: one_at_a_time,
     };
     eprintln!(
         "MEASURE node-up{}: {:?} to a Ready node with two Running pods",

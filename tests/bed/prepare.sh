@@ -53,7 +53,7 @@ resume_docker() {
     # bed's, and tests/real_node.rs stops it on purpose)
     local host_pidns
     host_pidns=$(readlink /proc/self/ns/pid)
-    for pid in $(pgrep -x dockerd) $(pgrep -x containerd | while read -r p; do [[ "$(tr '\0' ' ' </proc/"$p"/cmdline 2>/dev/null)" == *pleg-guard-test-containerd* ]] || echo "$p"; done); do
+    for pid in $(pgrep -x dockerd) $(pgrep -x containerd | while read -r p; do [[ "$({ tr '\0' ' ' </proc/"$p"/cmdline; } 2>/dev/null)" == *pleg-guard-test-containerd* ]] || echo "$p"; done); do
         [ "$(readlink /proc/"$pid"/ns/pid 2>/dev/null)" = "$host_pidns" ] || continue
         [ "$(awk '{print $3}' /proc/$pid/stat 2>/dev/null)" = T ] && { kill -CONT "$pid"; echo "prepare: resumed stopped pid $pid ($(cat /proc/$pid/comm))"; }
     done
@@ -114,7 +114,8 @@ flock -u 9 2>/dev/null || true
 exec 9>&-
 # stale beds: systemd-nspawn --machine=pgt-<pid>-<n> whose test process is gone
 for pid in $(pgrep -x systemd-nspawn || true); do
-    m=$(tr '\0' '\n' </proc/$pid/cmdline 2>/dev/null | sed -n 's/^--machine=\(pgt-.*\)/\1/p')
+    # (a process may end between pgrep and this read: no cmdline is no stale bed, not a failure)
+    m=$({ tr '\0' '\n' </proc/"$pid"/cmdline; } 2>/dev/null | sed -n 's/^--machine=\(pgt-.*\)/\1/p' || true)
     [ -n "$m" ] && stale "$m" || continue
     for c in $(pgrep -P "$pid"); do kill -KILL "$c" 2>/dev/null || true; done
     kill -KILL "$pid" 2>/dev/null || true

@@ -10,6 +10,16 @@ quiet=false
 [ "${1:-}" = --quiet ] && quiet=true
 say() { $quiet || printf 'node-down: %s\n' "$*" >&2; }
 
+# The teardown runs under its own lock from first to last step. The bed's lock
+# (/run/pleg-guard-test-node.lock, held by its nspawn) frees when the bed powers off, before the
+# sysctls are restored and containerd's root is deleted here; the next node-up.sh, waiting on
+# it, takes this lock too before it touches anything, so it never sees this teardown's second
+# half: once it deleted the new bed's containerd root ("ctr images import failed: mkdir
+# /var/lib/containerd/...: no such file") and its pid files, so the new bed was never removed
+# and held the lock for good.
+exec 8>"/run/pleg-guard-test-node.teardown.lock"
+flock -w 300 8 || say "another teardown held its lock for 5 min; going on"
+
 alive() { [ -n "${1:-}" ] && kill -0 "$1" 2>/dev/null; }
 nspawn=$(cat "$STATE/nspawn.pid" 2>/dev/null || true)
 bed=$(cat "$STATE/bed.pid" 2>/dev/null || true)

@@ -83,6 +83,8 @@ if ! flock -n 9; then
     log "another node bed is up; waiting for it to be removed (tests/k8s/node-down.sh)"
     flock -w 900 9 || die "another node bed held $LOCK for 15 min"
 fi
+# a teardown whose bed just freed the lock may still be restoring sysctls and deleting
+# containerd's root: node-down.sh holds its own lock until it is done (it takes it again here)
 "$here/node-down.sh" --quiet || true # leftovers of a killed run
 mkdir -p "$STATE" "$HOST_DATA"
 # a node-up that fails takes its half-made bed down again (and so frees the lock)
