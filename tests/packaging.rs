@@ -195,6 +195,7 @@ fn deb_installs_upgrades_removes_and_purges_in_a_booted_bed() {
         "/usr/share/bash-completion/completions/pleg-guard",
         "/usr/share/zsh/vendor-completions/_pleg-guard",
         "/usr/share/doc/pleg-guard/README.md",
+        "/usr/share/doc/pleg-guard/docs/findings.md",
         "/usr/share/doc/pleg-guard/copyright",
         "/usr/share/pleg-guard/prometheus/pleg-guard.rules.yml",
         "/usr/share/pleg-guard/prometheus/pleg-guard-npd.rules.yml",
@@ -412,12 +413,25 @@ fn rpm_contents_config_flags_and_scriptlets() {
         "-rw-r--r-- root /usr/lib/pleg-guard/syscall-allowlist.conf",
         "-rwxr-xr-x root /usr/lib/pleg-guard/syscall-allowlist",
     ];
-    for e in expect {
+    // the pages README.md links to, beside it
+    let mut pages: Vec<String> = std::fs::read_dir(repo().join("docs"))
+        .expect("docs/")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.ends_with(".md"))
+        .map(|n| format!("-rw-r--r-- root /usr/share/doc/pleg-guard/docs/{n}"))
+        .collect();
+    pages.sort();
+    assert!(pages.len() >= 10, "docs/ pages: {pages:?}");
+    for e in expect
+        .iter()
+        .copied()
+        .chain(pages.iter().map(String::as_str))
+    {
         assert!(files.lines().any(|l| l == e), "rpm lacks `{e}`:\n{files}");
     }
     assert_eq!(
         files.lines().count(),
-        expect.len(),
+        expect.len() + pages.len(),
         "unexpected files:\n{files}"
     );
 
