@@ -100,7 +100,7 @@ impl DockerdBack {
         if Self::answering() {
             return;
         }
-        let running = host("pgrep", &["-x", "dockerd"]).status.success();
+        let running = !host_dockerd_pids().is_empty();
         if !running {
             let o = host(
                 "sh",
@@ -154,10 +154,9 @@ fn dockerd_killed_and_restarted() {
     });
     let daemon = bed.main_pid("pleg-guard.service");
 
-    let pids = host_ok("pgrep", &["-x", "dockerd"]);
-    let pids: Vec<&str> = pids.lines().map(str::trim).collect();
+    let pids = host_dockerd_pids();
     assert_eq!(pids.len(), 1, "expected one dockerd: {pids:?}");
-    let pid = pids[0].to_owned();
+    let pid = pids[0].to_string();
     let back = DockerdBack;
     host_ok("kill", &["-TERM", &pid]);
     wait_until("dockerd gone", secs(60), || {

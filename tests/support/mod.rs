@@ -1326,10 +1326,21 @@ pub struct DockerdStopped {
     pub pid: u32,
 }
 
+/// The pids of the host's own dockerd: those in this process's pid namespace. A dockerd inside
+/// a booted bed (a dockershim node's) is a process of the host too, and `pgrep -x dockerd`
+/// alone finds it ("expected exactly one dockerd, found [14271, 31533]").
+pub fn host_dockerd_pids() -> Vec<u32> {
+    let me = std::process::id().to_string();
+    let o = host("pgrep", &["--ns", &me, "--nslist", "pid", "-x", "dockerd"]);
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
 /// SIGSTOPs the host's dockerd (exactly one must run).
 pub fn stop_dockerd() -> DockerdStopped {
-    let pids = host_ok("pgrep", &["-x", "dockerd"]);
-    let pids: Vec<u32> = pids.lines().filter_map(|l| l.trim().parse().ok()).collect();
+    let pids = host_dockerd_pids();
     assert_eq!(
         pids.len(),
         1,
