@@ -978,8 +978,9 @@ fn kubelet_restarted_by_hand_is_not_taken_for_a_pleg_stall() {
 /// sees docker. Then the seed's symptom itself: dockerd SIGSTOPped, so `docker ps` hangs, and so
 /// does kubelet's PLEG relist through dockershim. Recorded (target/real-node/dockershim-docker-hung.txt):
 /// when pleg-guard says `docker-unresponsive`, kubelet's own `PLEG is not healthy` line (1.23's
-/// format), the Node's Ready going False; asserted: nothing restarted while docker is down, the
-/// Node Ready again after dockerd is resumed, and no action in the 70 s after.
+/// format), pleg-guard's `kubelet-pleg-unhealthy` and its restart-kubelet skipped (the runtime
+/// hangs, not kubelet), the Node's Ready going False; asserted: nothing restarted while docker is
+/// down, the Node Ready again after dockerd is resumed, and no action in the 70 s after.
 #[test]
 fn dockershim_kubelet_1_23_docker_hung_is_reported_and_the_node_recovers() {
     let Some(node) = require_dockershim_node() else {
@@ -1048,6 +1049,26 @@ fn dockershim_kubelet_1_23_docker_hung_is_reported_and_the_node_recovers() {
         secs(300),
     );
     let t_pleg_line = entry_instant(&pleg_line).saturating_duration_since(t0);
+    // pleg-guard's finding from kubelet (1.23's healthz includes PLEG), and its restart-kubelet
+    // held back: the runtime is what hangs
+    let pleg_finding = bed.wait_event_after(
+        Some(&cursor),
+        "finding",
+        &[("PLEG_GUARD_FINDING", "kubelet-pleg-unhealthy")],
+        secs(90),
+    );
+    let skipped = bed.wait_event_after(
+        Some(&cursor),
+        "action-skipped",
+        &[("PLEG_GUARD_ACTION", "restart-kubelet")],
+        secs(60),
+    );
+    assert!(
+        field(&skipped, "MESSAGE")
+            .unwrap_or("")
+            .contains("docker-unresponsive"),
+        "{skipped:?}"
+    );
     // and for the Node to say so (kubelet posts its status every 10 s)
     node.wait_conditions("Ready False with docker hung", secs(60), |c| {
         c.get("Ready").is_some_and(|x| x.0 == "False")
@@ -1069,10 +1090,14 @@ fn dockershim_kubelet_1_23_docker_hung_is_reported_and_the_node_recovers() {
     let mut log = format!(
         "kubelet v1.23.17 (dockershim), {runtime}; dockerd SIGSTOPped at t0, `docker ps` hangs\n\
          docker-unresponsive after {:?}\nkubelet's first PLEG line after {t_pleg_line:?}: {}\n\
+         kubelet-pleg-unhealthy after {:?}; {:?}: {}\n\
          Ready False on the watch after {t_ready_false:?}: {:?}\n\
          pleg-guard's findings: {findings:#?}\nkubelet's own warnings and errors:\n",
         entry_instant(&found).saturating_duration_since(t0),
         field(&pleg_line, "MESSAGE").unwrap_or(""),
+        entry_instant(&pleg_finding).saturating_duration_since(t0),
+        entry_instant(&skipped).saturating_duration_since(t0),
+        field(&skipped, "MESSAGE").unwrap_or(""),
         node.conditions().get("Ready"),
     );
     for l in kubelet_trouble(&node, &since) {
