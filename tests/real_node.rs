@@ -6,6 +6,9 @@
 //! journal and metrics, not from pleg-guard's say-so; pleg-guard's journal only dates its
 //! findings and actions for the latencies (`MEASURE` lines).
 //!
+//! One scenario is the seeds' own era instead: kubelet v1.23.17 with dockershim against dockerd
+//! in the bed (`tests/k8s/node-up-dockershim.sh`, still the v1.34 API server).
+//!
 //! One node bed at a time (node-up.sh holds a lock for the bed's life), so these tests run one
 //! after another whatever `--test-threads` says.
 
@@ -66,6 +69,16 @@ static ONE_NODE: Mutex<()> = Mutex::new(());
 /// Boots the node bed (affected PID 1 with `affected`). None (SKIPPED) where no bed can run off
 /// CI, like every bed test; a node-up.sh that fails is a failure.
 fn require_node(affected: bool) -> Option<Node> {
+    boot_node("node-up.sh", affected)
+}
+
+/// The seeds' era: kubelet v1.23.17 with dockershim against dockerd in the bed
+/// (`tests/k8s/node-up-dockershim.sh`); Drop runs the same `node-down.sh`.
+fn require_dockershim_node() -> Option<Node> {
+    boot_node("node-up-dockershim.sh", false)
+}
+
+fn boot_node(script: &str, affected: bool) -> Option<Node> {
     if affected {
         require_affected_bed()?;
     } else {
@@ -73,7 +86,7 @@ fn require_node(affected: bool) -> Option<Node> {
     }
     let one_at_a_time = ONE_NODE.lock().unwrap_or_else(|e| e.into_inner());
     let mut cmd = Command::new("bash");
-    cmd.arg(repo().join("tests/k8s/node-up.sh"));
+    cmd.arg(repo().join("tests/k8s").join(script));
     if affected {
         cmd.arg("--affected");
     }
@@ -83,7 +96,7 @@ fn require_node(affected: bool) -> Option<Node> {
         .unwrap_or_else(|e| panic!("tests/k8s/node-up.sh: {e}"));
     assert!(
         o.status.success(),
-        "tests/k8s/node-up.sh failed: {}",
+        "tests/k8s/{script} failed: {}",
         show(&o)
     );
     let out = String::from_utf8_lossy(&o.stdout).into_owned();
@@ -113,7 +126,7 @@ fn require_node(affected: bool) -> Option<Node> {
         _one_at_a_time: one_at_a_time,
     };
     eprintln!(
-        "MEASURE node-up{}: {:?} to a Ready node with two Running pods",
+        "MEASURE {script}{}: {:?} to a Ready node with two Running pods",
         if affected { " --affected" } else { "" },
         start.elapsed()
     );
@@ -965,5 +978,184 @@ fn kubelet_restarted_by_hand_is_not_taken_for_a_pleg_stall() {
     assert!(
         started.is_empty() && findings.is_empty(),
         "pleg-guard after a clean kubelet restart: findings {findings:#?}, actions {started:#?}"
+    );
+}
+
+/// The seeds' own era (issue 29): kubelet v1.23.17 with dockershim against dockerd 20.10 in the
+/// bed, registered with the v1.34 kube-apiserver (tests/k8s/node-up-dockershim.sh). The Node
+/// reports the 1.23 kubelet and the docker runtime, the pods run in docker containers, pleg-guard
+/// sees docker. Then the seed's symptom itself: dockerd SIGSTOPped, so `docker ps` hangs, and so
+/// does kubelet's PLEG relist through dockershim. Recorded (target/real-node/dockershim-docker-hung.txt):
+/// when pleg-guard says `docker-unresponsive`, kubelet's own `PLEG is not healthy` line (1.23's
+/// format), pleg-guard's `kubelet-pleg-unhealthy` and its restart-kubelet skipped (the runtime
+/// hangs, not kubelet), the Node's Ready going False; asserted: nothing restarted while docker is
+/// down, the Node Ready again after dockerd is resumed, and no action in the 70 s after.
+#[test]
+fn dockershim_kubelet_1_23_docker_hung_is_reported_and_the_node_recovers() {
+    let Some(node) = require_dockershim_node() else {
+        return;
+    };
+    let info = node.node_object()["status"]["nodeInfo"].clone();
+    assert_eq!(info["kubeletVersion"], "v1.23.17", "{info:#}");
+    let runtime = info["containerRuntimeVersion"].as_str().unwrap_or("");
+    assert!(runtime.starts_with("docker://"), "{info:#}");
+    assert_eq!(node.conditions()["Ready"].0, "True");
+    for p in [
+        "api-sleeper".to_string(),
+        format!("static-sleeper-{}", node.name),
+    ] {
+        let pod = node.api("GET", &format!("/api/v1/namespaces/default/pods/{p}"), None);
+        assert_eq!(
+            pod["status"]["phase"], "Running",
+            "{p}: {:#}",
+            pod["status"]
+        );
+        let id = pod["status"]["containerStatuses"][0]["containerID"]
+            .as_str()
+            .unwrap_or("");
+        assert!(id.starts_with("docker://"), "{p}: container {id:?}");
+    }
+    let o = node.bed.sh("pleg-guard status");
+    let status = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert_eq!(o.status.code(), Some(0), "pleg-guard status: {}", show(&o));
+    assert!(
+        status
+            .lines()
+            .any(|l| l.starts_with("docker") && l.contains(" ok ")),
+        "pleg-guard does not see docker: {status}"
+    );
+
+    let watch = node.watch();
+    let bed = &node.bed;
+    let since = node.bed_now();
+    let cursor = bed.journal_cursor();
+    let dockerd = node.unit_main_pid("docker.service");
+    let kubelet = node.unit_main_pid("kubelet.service");
+    let t0 = Instant::now();
+    bed.sh_ok(&format!("kill -STOP {dockerd}"));
+    struct Resume<'a>(&'a Bed, u32);
+    impl Drop for Resume<'_> {
+        fn drop(&mut self) {
+            let _ = self.0.try_sh(&format!("kill -CONT {}", self.1), secs(10));
+        }
+    }
+    let resume = Resume(bed, dockerd);
+    let hung = bed.try_sh("timeout 10 docker ps", secs(20));
+    assert!(
+        hung.as_ref().is_ok_and(|o| o.status.code() == Some(124)),
+        "docker ps did not hang with dockerd stopped: {hung:?}"
+    );
+    let found = bed.wait_event_after(
+        Some(&cursor),
+        "finding",
+        &[("PLEG_GUARD_FINDING", "docker-unresponsive")],
+        secs(120),
+    );
+    // kubelet's PLEG threshold is 3 min: wait for its own line
+    let pleg_line = bed.wait_journal(
+        &["-u", "kubelet", "--since", &since],
+        |e| field(e, "MESSAGE").is_some_and(|m| m.contains("PLEG is not healthy")),
+        secs(300),
+    );
+    let t_pleg_line = entry_instant(&pleg_line).saturating_duration_since(t0);
+    // pleg-guard's finding from kubelet (1.23's healthz includes PLEG), and its restart-kubelet
+    // held back: the runtime is what hangs
+    let pleg_finding = bed.wait_event_after(
+        Some(&cursor),
+        "finding",
+        &[("PLEG_GUARD_FINDING", "kubelet-pleg-unhealthy")],
+        secs(90),
+    );
+    let skipped = bed.wait_event_after(
+        Some(&cursor),
+        "action-skipped",
+        &[("PLEG_GUARD_ACTION", "restart-kubelet")],
+        secs(60),
+    );
+    assert!(
+        field(&skipped, "MESSAGE")
+            .unwrap_or("")
+            .contains("docker-unresponsive"),
+        "{skipped:?}"
+    );
+    // and for the Node to say so (kubelet posts its status every 10 s)
+    node.wait_conditions("Ready False with docker hung", secs(60), |c| {
+        c.get("Ready").is_some_and(|x| x.0 == "False")
+    });
+    let t_ready_false = watch
+        .first("Ready", "False")
+        .map(|t| t.saturating_duration_since(t0));
+    let findings: Vec<String> = bed
+        .journal_after(&cursor, &["-u", "pleg-guard", "PLEG_GUARD_EVENT=finding"])
+        .iter()
+        .map(|e| {
+            format!(
+                "{:?}: {}",
+                entry_instant(e).saturating_duration_since(t0),
+                field(e, "MESSAGE").unwrap_or("")
+            )
+        })
+        .collect();
+    let mut log = format!(
+        "kubelet v1.23.17 (dockershim), {runtime}; dockerd SIGSTOPped at t0, `docker ps` hangs\n\
+         docker-unresponsive after {:?}\nkubelet's first PLEG line after {t_pleg_line:?}: {}\n\
+         kubelet-pleg-unhealthy after {:?}; {:?}: {}\n\
+         Ready False on the watch after {t_ready_false:?}: {:?}\n\
+         pleg-guard's findings: {findings:#?}\nkubelet's own warnings and errors:\n",
+        entry_instant(&found).saturating_duration_since(t0),
+        field(&pleg_line, "MESSAGE").unwrap_or(""),
+        entry_instant(&pleg_finding).saturating_duration_since(t0),
+        entry_instant(&skipped).saturating_duration_since(t0),
+        field(&skipped, "MESSAGE").unwrap_or(""),
+        node.conditions().get("Ready"),
+    );
+    for l in kubelet_trouble(&node, &since) {
+        log.push_str(&format!("  {l}\n"));
+    }
+    let started = bed.journal_after(
+        &cursor,
+        &["-u", "pleg-guard", "PLEG_GUARD_EVENT=action-started"],
+    );
+    assert!(
+        started.is_empty(),
+        "pleg-guard acted while docker was down: {started:#?}\n{log}"
+    );
+    assert_eq!(
+        node.unit_main_pid("kubelet.service"),
+        kubelet,
+        "kubelet was restarted\n{log}"
+    );
+    drop(resume);
+    let t_resumed = Instant::now();
+    node.wait_conditions("Ready True after dockerd resumed", secs(240), |c| {
+        c.get("Ready").is_some_and(|x| x.0 == "True")
+    });
+    log.push_str(&format!(
+        "dockerd resumed after {:?}; Node Ready again {:?} later\n",
+        t_resumed.saturating_duration_since(t0),
+        t_resumed.elapsed()
+    ));
+    std::thread::sleep(secs(70));
+    let after: Vec<String> = bed
+        .journal_after(
+            &cursor,
+            &["-u", "pleg-guard", "PLEG_GUARD_EVENT=action-started"],
+        )
+        .iter()
+        .map(|e| {
+            format!(
+                "{:?} after the resume: {}",
+                entry_instant(e).saturating_duration_since(t_resumed),
+                field(e, "MESSAGE").unwrap_or("")
+            )
+        })
+        .collect();
+    log.push_str(&format!(
+        "pleg-guard actions in the 70 s after dockerd returned: {after:#?}\n"
+    ));
+    report("dockershim-docker-hung", &log);
+    assert!(
+        after.is_empty(),
+        "pleg-guard acted after docker returned: {after:#?}"
     );
 }
