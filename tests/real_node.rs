@@ -991,6 +991,9 @@ fn kubelet_restarted_by_hand_is_not_taken_for_a_pleg_stall() {
 /// hangs, not kubelet), the Node's Ready going False; asserted: nothing restarted while docker is
 /// down, the Node Ready again after dockerd is resumed, and no action in the 70 s after.
 #[test]
+#[ignore = "opt-in (cargo test --test real_node -- --ignored dockershim): ~10 min with its own \
+            bed and a 6 CPU-min cold build of kubelet 1.23, which would take a fresh CI run \
+            well past 60 min; passed by hand twice (docs/real-node.md)"]
 fn dockershim_kubelet_1_23_docker_hung_is_reported_and_the_node_recovers() {
     let Some(node) = require_dockershim_node() else {
         return;
