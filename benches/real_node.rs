@@ -18,6 +18,10 @@
 //! - `PLEG_BENCH_BUDGET_MIN` [0: none]: no run starts after this many minutes (the runs go
 //!   rep by rep, each fault once per rep, so a cut leaves the faults with even samples);
 //! - `PLEG_BENCH_OUT` [bench-results/real_node.json];
+//! - `PLEG_BENCH_QUEUE` [0]: 1 = no wait of its own for a free node bed before a run: node-up.sh
+//!   queues on the bed's lock with everyone else (and gives up after 15 min). By default a run
+//!   starts only once no other node bed is up, which on a machine where others queue for the bed
+//!   may be never (a 5-s poll does not win against blocked waiters);
 //! - `PLEG_GUARD_DEB`: the .deb node-up.sh installs (else its own choice, see docs/real-node.md).
 //!
 //! The faults, and what one run measures (seconds from the fault; every time from the API
@@ -101,6 +105,7 @@ struct Knobs {
     faults: Vec<Fault>,
     control_secs: u64,
     budget_min: u64,
+    queue: bool,
     out: PathBuf,
 }
 
@@ -126,6 +131,7 @@ fn knobs() -> Knobs {
             .collect(),
         control_secs: env_num("PLEG_BENCH_CONTROL_SECS", 360).max(30),
         budget_min: env_num("PLEG_BENCH_BUDGET_MIN", 0),
+        queue: env_num("PLEG_BENCH_QUEUE", 0) == 1,
         out: std::env::var("PLEG_BENCH_OUT")
             .map(PathBuf::from)
             .unwrap_or_else(|_| {
@@ -233,6 +239,38 @@ fn lease_age_s(node: &Node) -> Option<f64> {
     String::from_utf8_lossy(&o.stdout).trim().parse().ok()
 }
 
+/// Waits until no other node bed is up or being removed (its lock free and node-down.sh done
+/// with its files), so that node-up.sh's own 15-min wait for the lock does not fail a run when
+/// someone else uses the node bed for a while; the seconds waited (not part of any
+/// measurement). Gives up at the time budget, or after an hour without one.
+fn wait_for_free_node_bed(k: &Knobs, started: Instant) -> f64 {
+    let t = Instant::now();
+    if k.queue {
+        return 0.0;
+    }
+    let limit = if k.budget_min > 0 {
+        secs(k.budget_min * 60).saturating_sub(started.elapsed())
+    } else {
+        secs(3600)
+    };
+    let mut said = false;
+    loop {
+        let free = std::process::Command::new("flock")
+            .args(["-n", "/run/pleg-guard-test-node.lock", "true"])
+            .status()
+            .is_ok_and(|s| s.success())
+            && !std::path::Path::new("/run/pleg-guard-test-node/nspawn.pid").exists();
+        if free || t.elapsed() >= limit {
+            return t.elapsed().as_secs_f64();
+        }
+        if !said {
+            eprintln!("   another node bed is up: waiting for it (not timed)");
+            said = true;
+        }
+        std::thread::sleep(secs(5));
+    }
+}
+
 /// One run of one fault: measurements (seconds; None: not within the bound) and notes.
 #[derive(Default)]
 struct Run {
@@ -331,6 +369,11 @@ fn kubelet_stop(control_secs: u64) -> Run {
         ready.map_or("-".to_string(), |(s, r, _)| format!("{s}/{r}")),
     );
     run.val("control_lease_age_end_s", lease_age_s(&node));
+    // nothing else on the machine resumed it (another checkout's prepare.sh once did that)
+    run.note(
+        "control_kubelet_still_stopped",
+        node.bed.proc_state(pid) == Some('T'),
+    );
     run.val("control_bound_s", Some(control_secs as f64));
     run.note(
         "control_actions",
@@ -363,8 +406,18 @@ fn bus_wedge(control_secs: u64) -> Run {
         "wedge_uncertainty_s",
         Some(secs_between(wedge.last_answered, t0)),
     );
-    let finding = node.wait_finding(&cursor, |id| id == "systemd-bus-wedge", secs(180));
+    // a reply of PID 1 near 2^32 before it wedges may make `systemd-serial-exhaustion` (and a
+    // planned reexec) first: either is pleg-guard's finding of this fault, the id is noted
+    let finding = node.wait_finding(
+        &cursor,
+        |id| id == "systemd-bus-wedge" || id == "systemd-serial-exhaustion",
+        secs(180),
+    );
     run.val("finding_s", Some(secs_between(t0, entry_instant(&finding))));
+    run.note(
+        "finding",
+        field(&finding, "PLEG_GUARD_FINDING").unwrap_or(""),
+    );
     let cured = bed.wait_event_after(
         Some(&cursor),
         "action-succeeded",
@@ -506,6 +559,10 @@ fn containerd_freeze() -> Run {
         first_on_watch(&watch, "ContainerRuntimeUnresponsive", t0, |s| s == "True")
             .map(|t| secs_between(t0, t)),
     );
+    run.note(
+        "containerd_still_stopped",
+        bed.proc_state(containerd) == Some('T'),
+    );
     let during = events_after(&node, &cursor, "action-started");
     run.note("actions_during", during);
     run.note(
@@ -644,7 +701,7 @@ fn table_row(fault: Fault, runs: &[Run], control_secs: u64) -> String {
                 })
                 .count();
             (
-                format!("`systemd-bus-wedge` {}", cell(runs, "finding_s")),
+                format!("`{}` {}", notes(runs, "finding"), cell(runs, "finding_s")),
                 format!("`daemon-reexec` {}", cell(runs, "cure_s")),
                 format!(
                     "pod created after the wedge Running {}",
@@ -744,6 +801,11 @@ fn main() {
                 not_started += 1;
                 continue;
             }
+            let waited = wait_for_free_node_bed(&k, started);
+            if k.budget_min > 0 && started.elapsed() >= secs(k.budget_min * 60) {
+                not_started += 1;
+                continue;
+            }
             let load = loadavg();
             loads.push(load[0]);
             eprintln!(
@@ -768,6 +830,7 @@ fn main() {
                     j["rep"] = json!(rep);
                     j["load_avg"] = json!(load);
                     j["wall_s"] = json!(t.elapsed().as_secs_f64());
+                    j["waited_for_the_node_bed_s"] = json!(waited);
                     per_run.entry(fault.key()).or_default().push(j);
                     runs.entry(fault.key()).or_default().push(r);
                 }
