@@ -885,7 +885,7 @@ fn main() {
     let load_end = loadavg();
 
     println!(
-        "\nreal-node benchmark: {} run(s) of each fault, control runs (observe mode) bounded at {} s; \
+        "\nreal-node benchmark: {} run(s) of each fault planned, control runs (observe mode) bounded at {} s; \
          seconds from the fault, min / median / max; load average (1 min) {:.1}–{:.1} over the runs, \
          {:.1} {:.1} {:.1} at the start, {:.1} {:.1} {:.1} at the end; {:.0} min in all",
         k.reps,
