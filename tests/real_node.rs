@@ -10,18 +10,14 @@
 //! in the bed (`tests/k8s/node-up-dockershim.sh`, still the v1.34 API server).
 //!
 //! One node bed at a time (node-up.sh holds a lock for the bed's life), so these tests run one
-//! after another whatever `--test-threads` says.
+//! after another whatever `--test-threads` says. The node and the steps the scenarios share with
+//! benches/real_node.rs (which times them) are in tests/support/real_node.rs.
 
 mod support;
 
-use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::Instant;
 
-use serde_json::{Value, json};
+use support::real_node::*;
 use support::*;
 
 /// pleg-guard's five NPD conditions (packaging/npd/pleg-guard-monitor.json).
@@ -42,406 +38,6 @@ fn healthy_secs() -> u64 {
         .unwrap_or(300)
 }
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-// ------------------------------------------------------------------------------------------------
-// the node
-// ------------------------------------------------------------------------------------------------
-
-/// A node bed booted by `tests/k8s/node-up.sh`; Drop runs `node-down.sh`.
-struct Node {
-    name: String,
-    server: String,
-    token: String,
-    pod_image: String,
-    bed: Bed,
-    /// One node bed at a time in this process (they share the host's cgroup tree and one
-    /// lock): the next test waits here, not on node-up.sh's lock, whose 15 min bound a queue
-    /// of these tests (up to 10 min each) would outlast. Dropped after `Drop::drop` has taken
-    /// the bed down.
-    _one_at_a_time: MutexGuard<'static, ()>,
-}
-
-static ONE_NODE: Mutex<()> = Mutex::new(());
-
-/// Boots the node bed (affected PID 1 with `affected`). None (SKIPPED) where no bed can run off
-/// CI, like every bed test; a node-up.sh that fails is a failure.
-fn require_node(affected: bool) -> Option<Node> {
-    boot_node("node-up.sh", affected)
-}
-
-/// The seeds' era: kubelet v1.23.17 with dockershim against dockerd in the bed
-/// (`tests/k8s/node-up-dockershim.sh`); Drop runs the same `node-down.sh`.
-fn require_dockershim_node() -> Option<Node> {
-    boot_node("node-up-dockershim.sh", false)
-}
-
-fn boot_node(script: &str, affected: bool) -> Option<Node> {
-    if affected {
-        require_affected_bed()?;
-    } else {
-        require_bed()?;
-    }
-    let one_at_a_time = ONE_NODE.lock().unwrap_or_else(|e| e.into_inner());
-    let mut cmd = Command::new("bash");
-    cmd.arg(repo().join("tests/k8s").join(script));
-    if affected {
-        cmd.arg("--affected");
-    }
-    let start = Instant::now();
-    // generous: a cold build of the components (tests/k8s/build.sh) may happen here
-    let o = run_with_timeout(&mut cmd, None, Duration::from_secs(3600))
-        .unwrap_or_else(|e| panic!("tests/k8s/node-up.sh: {e}"));
-    assert!(
-        o.status.success(),
-        "tests/k8s/{script} failed: {}",
-        show(&o)
-    );
-    let out = String::from_utf8_lossy(&o.stdout).into_owned();
-    let value = |key: &str| -> String {
-        out.lines()
-            .rev()
-            .find_map(|l| l.strip_prefix(&format!("{key}=")))
-            .unwrap_or_else(|| panic!("node-up.sh printed no {key}=:\n{}", show(&o)))
-            .to_string()
-    };
-    let kubeconfig = std::fs::read_to_string(value("KUBECONFIG")).expect("read KUBECONFIG");
-    let yaml = |key: &str| -> String {
-        kubeconfig
-            .lines()
-            .find_map(|l| l.trim().strip_prefix(&format!("{key}: ")))
-            .unwrap_or_else(|| panic!("no {key} in the kubeconfig:\n{kubeconfig}"))
-            .to_string()
-    };
-    let name = value("NODE");
-    let bed_pid: u32 = value("BED_PID").parse().expect("BED_PID is a pid");
-    let node = Node {
-        server: yaml("server"),
-        token: yaml("token"),
-        pod_image: value("POD_IMAGE"),
-        bed: Bed::attach(&name, bed_pid, affected),
-        name,
-        _one_at_a_time: one_at_a_time,
-    };
-    eprintln!(
-        "MEASURE {script}{}: {:?} to a Ready node with two Running pods",
-        if affected { " --affected" } else { "" },
-        start.elapsed()
-    );
-    Some(node)
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            let o = self.bed.try_sh(
-                "journalctl -u kubelet -n 40 --no-pager; journalctl -u pleg-guard -n 40 --no-pager",
-                secs(20),
-            );
-            if let Ok(o) = o {
-                eprintln!("--- node journal at failure ---\n{}", show(&o));
-            }
-        }
-        let _ = run_with_timeout(
-            Command::new("bash").arg(repo().join("tests/k8s/node-down.sh")),
-            None,
-            secs(120),
-        );
-    }
-}
-
-impl Node {
-    fn curl(&self, method: &str, path: &str) -> Command {
-        let mut c = Command::new("curl");
-        c.args(["-sSk", "--max-time", "15", "-X", method])
-            .arg("-H")
-            .arg(format!("Authorization: Bearer {}", self.token))
-            .args(["-H", "Content-Type: application/json"])
-            .arg(format!("{}{path}", self.server));
-        c
-    }
-
-    /// One API request; the answer parsed. Panics on a transport error or non-JSON.
-    fn api(&self, method: &str, path: &str, body: Option<&Value>) -> Value {
-        let mut c = self.curl(method, path);
-        let input = body.map(|b| b.to_string().into_bytes());
-        if input.is_some() {
-            c.args(["--data-binary", "@-"]);
-        }
-        let o = run_with_timeout(&mut c, input.as_deref(), secs(30))
-            .unwrap_or_else(|e| panic!("API {method} {path}: {e}"));
-        assert!(o.status.success(), "API {method} {path}: {}", show(&o));
-        serde_json::from_slice(&o.stdout)
-            .unwrap_or_else(|e| panic!("API {method} {path}: not JSON ({e}): {}", show(&o)))
-    }
-
-    fn node_object(&self) -> Value {
-        self.api("GET", &format!("/api/v1/nodes/{}", self.name), None)
-    }
-
-    /// The Node's conditions by type: (status, reason, message).
-    fn conditions(&self) -> BTreeMap<String, (String, String, String)> {
-        conditions_of(&self.node_object())
-    }
-
-    /// Polls the Node until `pred` holds on its conditions; returns them.
-    fn wait_conditions(
-        &self,
-        what: &str,
-        timeout: Duration,
-        pred: impl Fn(&BTreeMap<String, (String, String, String)>) -> bool,
-    ) -> BTreeMap<String, (String, String, String)> {
-        let start = Instant::now();
-        loop {
-            let c = self.conditions();
-            if pred(&c) {
-                return c;
-            }
-            if start.elapsed() > timeout {
-                panic!("{what}: not within {timeout:?}; the Node's conditions: {c:#?}");
-            }
-            std::thread::sleep(secs(2));
-        }
-    }
-
-    /// Events about the Node (any namespace).
-    fn node_events(&self) -> Vec<Value> {
-        let v = self.api(
-            "GET",
-            &format!(
-                "/api/v1/events?fieldSelector=involvedObject.kind%3DNode,involvedObject.name%3D{}",
-                self.name
-            ),
-            None,
-        );
-        v["items"].as_array().cloned().unwrap_or_default()
-    }
-
-    /// A pod bound to the node (no scheduler in this cluster), `sleep` in [`Node::pod_image`].
-    fn create_pod(&self, name: &str) {
-        let pod = json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name},
-            "spec": {
-                "nodeName": self.name,
-                "automountServiceAccountToken": false,
-                "terminationGracePeriodSeconds": 1,
-                "containers": [{
-                    "name": "sleep", "image": self.pod_image, "imagePullPolicy": "Never",
-                    "command": ["/bin/sleep", "2147483647"]
-                }]
-            }
-        });
-        let r = self.api("POST", "/api/v1/namespaces/default/pods", Some(&pod));
-        assert_eq!(r["kind"], "Pod", "create pod {name}: {r:#}");
-    }
-
-    fn pod_phase(&self, name: &str) -> String {
-        let p = self.api(
-            "GET",
-            &format!("/api/v1/namespaces/default/pods/{name}"),
-            None,
-        );
-        p["status"]["phase"].as_str().unwrap_or("").to_string()
-    }
-
-    fn wait_pod_running(&self, name: &str, timeout: Duration) -> Duration {
-        let start = Instant::now();
-        loop {
-            let phase = self.pod_phase(name);
-            if phase == "Running" {
-                return start.elapsed();
-            }
-            if start.elapsed() > timeout {
-                panic!(
-                    "pod {name} is {phase:?}, not Running, after {timeout:?}:\n{:#}\n{}",
-                    self.api(
-                        "GET",
-                        &format!("/api/v1/namespaces/default/pods/{name}"),
-                        None
-                    )["status"],
-                    self.kubelet_journal_tail(30)
-                );
-            }
-            std::thread::sleep(secs(1));
-        }
-    }
-
-    /// kubelet's own journal lines (MESSAGE) since `since` (a journalctl --since value).
-    fn kubelet_lines(&self, since: &str) -> Vec<String> {
-        self.bed
-            .journal(&["-u", "kubelet", "--since", since])
-            .iter()
-            .filter(|e| {
-                field(e, "_COMM") != Some("systemd")
-                    && field(e, "SYSLOG_IDENTIFIER") != Some("systemd")
-            })
-            .filter_map(|e| field(e, "MESSAGE").map(str::to_string))
-            .collect()
-    }
-
-    fn kubelet_journal_tail(&self, n: usize) -> String {
-        let o = self.bed.sh(&format!(
-            "journalctl -u kubelet -n {n} --no-pager -o short-precise"
-        ));
-        String::from_utf8_lossy(&o.stdout).into_owned()
-    }
-
-    /// A counter of kubelet's /metrics (served on 10250, anonymous), read from the host in the
-    /// bed's network namespace.
-    fn kubelet_metric(&self, name: &str) -> f64 {
-        let o = host(
-            "nsenter",
-            &[
-                "-t",
-                &self.bed.host_pid1().to_string(),
-                "-n",
-                "--",
-                "curl",
-                "-sSk",
-                "--max-time",
-                "10",
-                "https://127.0.0.1:10250/metrics",
-            ],
-        );
-        assert!(o.status.success(), "kubelet /metrics: {}", show(&o));
-        String::from_utf8_lossy(&o.stdout)
-            .lines()
-            .filter(|l| l.starts_with(name) && !l.starts_with('#'))
-            .filter(|l| l[name.len()..].starts_with([' ', '{']))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
-    }
-
-    fn unit_main_pid(&self, unit: &str) -> u32 {
-        self.bed.unit_property(unit, "MainPID").parse().unwrap_or(0)
-    }
-
-    /// The bed's clock as journalctl's `--since` takes it.
-    fn bed_now(&self) -> String {
-        self.bed.sh_ok("date '+%Y-%m-%d %H:%M:%S'")
-    }
-
-    /// Watches the Node from the API server (a `watch` stream) until dropped.
-    fn watch(&self) -> NodeWatch {
-        NodeWatch::start(self)
-    }
-}
-
-fn conditions_of(node: &Value) -> BTreeMap<String, (String, String, String)> {
-    node["status"]["conditions"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|c| {
-                    let s = |k: &str| c[k].as_str().unwrap_or("").to_string();
-                    (s("type"), (s("status"), s("reason"), s("message")))
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-// ------------------------------------------------------------------------------------------------
-// a watch on the Node
-// ------------------------------------------------------------------------------------------------
-
-/// Every version of the Node the API server sends on a watch: (when, condition type → status).
-type Seen = Arc<Mutex<Vec<(Instant, BTreeMap<String, String>)>>>;
-
-/// `GET /api/v1/nodes?watch=1` for the one node, read line by line in a thread; re-opened when
-/// the server ends it. Drop stops it.
-struct NodeWatch {
-    seen: Seen,
-    child: Arc<Mutex<Option<Child>>>,
-    stop: Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl NodeWatch {
-    fn start(node: &Node) -> NodeWatch {
-        let seen: Seen = Arc::default();
-        let child: Arc<Mutex<Option<Child>>> = Arc::default();
-        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let path = format!(
-            "/api/v1/nodes?watch=1&fieldSelector=metadata.name%3D{}",
-            node.name
-        );
-        let mut cmd = node.curl("GET", &path);
-        // curl's --max-time would end the stream: none, the Drop kills it
-        let args: Vec<String> = cmd
-            .get_args()
-            .map(|a| a.to_string_lossy().into_owned())
-            .filter(|a| a != "--max-time" && a != "15")
-            .collect();
-        cmd = Command::new("curl");
-        cmd.args(["-N"]).args(&args);
-        let (seen2, child2, stop2) = (seen.clone(), child.clone(), stop.clone());
-        std::thread::spawn(move || {
-            while !stop2.load(std::sync::atomic::Ordering::SeqCst) {
-                let Ok(mut c) = cmd.stdout(Stdio::piped()).stderr(Stdio::null()).spawn() else {
-                    return;
-                };
-                let out = c.stdout.take();
-                *child2.lock().unwrap_or_else(|e| e.into_inner()) = Some(c);
-                let Some(out) = out else { return };
-                for line in BufReader::new(out).lines() {
-                    let Ok(line) = line else { break };
-                    let Ok(ev) = serde_json::from_str::<Value>(&line) else {
-                        continue;
-                    };
-                    let conds = conditions_of(&ev["object"])
-                        .into_iter()
-                        .map(|(t, (s, _, _))| (t, s))
-                        .collect();
-                    seen2
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .push((Instant::now(), conds));
-                }
-                if let Some(mut c) = child2.lock().unwrap_or_else(|e| e.into_inner()).take() {
-                    let _ = c.kill();
-                    let _ = c.wait();
-                }
-            }
-        });
-        NodeWatch { seen, child, stop }
-    }
-
-    /// Every (when, status) of condition `ty` seen so far.
-    fn statuses(&self, ty: &str) -> Vec<(Instant, String)> {
-        self.seen
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .filter_map(|(t, c)| c.get(ty).map(|s| (*t, s.clone())))
-            .collect()
-    }
-
-    fn updates(&self) -> usize {
-        self.seen.lock().unwrap_or_else(|e| e.into_inner()).len()
-    }
-
-    /// The first time `ty` was seen with `status`.
-    fn first(&self, ty: &str, status: &str) -> Option<Instant> {
-        self.statuses(ty)
-            .into_iter()
-            .find(|(_, s)| s == status)
-            .map(|(t, _)| t)
-    }
-}
-
-impl Drop for NodeWatch {
-    fn drop(&mut self) {
-        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
-        if let Some(mut c) = self.child.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
 /// Asserts the watch saw the Node's Ready condition, and only ever `True`.
 fn assert_ready_throughout(watch: &NodeWatch, what: &str) {
     let ready = watch.statuses("Ready");
@@ -459,17 +55,6 @@ fn assert_ready_throughout(watch: &NodeWatch, what: &str) {
         "{what}: the Node's Ready was {bad:?} in {} versions seen",
         ready.len()
     );
-}
-
-/// When a pleg-guard journal entry was written, as an Instant of this process (journal
-/// timestamps are the shared realtime clock).
-fn entry_instant(e: &serde_json::Map<String, Value>) -> Instant {
-    let us: u64 = field(e, "__REALTIME_TIMESTAMP")
-        .and_then(|s| s.parse().ok())
-        .expect("__REALTIME_TIMESTAMP");
-    let at = SystemTime::UNIX_EPOCH + Duration::from_micros(us);
-    let ago = SystemTime::now().duration_since(at).unwrap_or_default();
-    Instant::now() - ago
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -576,42 +161,7 @@ fn wedged_kubelet_is_restarted_through_pid1_and_the_node_is_ready_again() {
     );
     // the Node: Ready, and its Lease renewed by the new kubelet (kubelet's heartbeat since
     // 1.17; the Node's own status is rewritten only on a change or every 5 min)
-    let restarted_epoch: u64 = field(&restarted, "__REALTIME_TIMESTAMP")
-        .and_then(|s| s.parse::<u64>().ok())
-        .expect("__REALTIME_TIMESTAMP")
-        / 1_000_000;
-    let start = Instant::now();
-    let t_ready = loop {
-        let lease = node.api(
-            "GET",
-            &format!(
-                "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{}",
-                node.name
-            ),
-            None,
-        );
-        let renew = lease["spec"]["renewTime"]
-            .as_str()
-            .unwrap_or("")
-            .to_string();
-        let fresh = !renew.is_empty()
-            && node
-                .bed
-                .sh(&format!(
-                    "test $(date -d '{renew}' +%s) -gt {restarted_epoch}"
-                ))
-                .status
-                .success();
-        let ready = node.conditions().get("Ready").map(|c| c.0.clone());
-        if fresh && ready.as_deref() == Some("True") {
-            break start.elapsed();
-        }
-        assert!(
-            start.elapsed() < secs(120),
-            "120 s after the restart: Ready {ready:?}, Lease renewed {renew:?}"
-        );
-        std::thread::sleep(secs(1));
-    };
+    let t_ready = node.wait_ready_with_lease_after(entry_epoch_s(&restarted), secs(120));
     // the repair as NPD's Event on the Node
     let start = Instant::now();
     let event = loop {
@@ -662,34 +212,6 @@ fn report(name: &str, text: &str) {
     eprintln!("--- {name} ---\n{text}");
 }
 
-/// kubelet's own lines since `since` that are warnings or errors (klog `W`/`E`), each once.
-fn kubelet_trouble(node: &Node, since: &str) -> Vec<String> {
-    let key = |l: &str| l.split_once("] ").map_or(l, |(_, m)| m).to_string();
-    let mut seen = Vec::<String>::new();
-    for l in node.kubelet_lines(since) {
-        if (l.starts_with('E') || l.starts_with('W')) && !seen.iter().any(|s| key(s) == key(&l)) {
-            seen.push(l);
-        }
-    }
-    seen
-}
-
-/// Waits until PID 1 no longer answers an ordinary bus call (the wedge); the time it took.
-fn wait_wedged(node: &Node, timeout: Duration) -> Duration {
-    let start = Instant::now();
-    loop {
-        if node.bed.try_pid1_call(secs(2)).is_err() {
-            return start.elapsed();
-        }
-        assert!(
-            start.elapsed() < timeout,
-            "PID 1 still answers {timeout:?} after the fast-forward (serial {:#x})",
-            node.bed.pid1_bus_serial()
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
-}
-
 /// How long the control run (observe mode) watches the wedged node (the issue: at least 4 min);
 /// `PLEG_GUARD_REAL_NODE_OBSERVE_SECS` shortens it by hand.
 fn observe_secs() -> u64 {
@@ -716,17 +238,12 @@ fn seed_bus_wedge_on_a_real_node_observed_then_cured_at_defaults() {
     };
     let watch = node.watch();
     let bed = &node.bed;
-    bed.write_file(
-        "/etc/pleg-guard/config.d/50-observe.toml",
-        "mode = \"observe\"\n",
-    );
-    bed.sh_ok("systemctl restart pleg-guard");
-    bed.pid1_bus_object();
+    node.pleg_guard_observe();
     let since = node.bed_now();
     let cursor = bed.journal_cursor();
-    let t0 = Instant::now();
-    bed.fast_forward_pid1_serial(SERIAL_MAX - 8);
-    let wedged_after = wait_wedged(&node, secs(120));
+    let wedge = node.wedge_pid1(secs(120));
+    let t0 = wedge.fast_forwarded;
+    let wedged_after = wedge.seen.saturating_duration_since(t0);
     let t_wedged = Instant::now();
     node.create_pod("during-wedge");
 
@@ -796,7 +313,7 @@ fn seed_bus_wedge_on_a_real_node_observed_then_cured_at_defaults() {
         still_wedged,
         "the wedge ended by itself during the control run:\n{log}"
     );
-    bed.sh_ok("rm /etc/pleg-guard/config.d/50-observe.toml && systemctl restart pleg-guard");
+    node.pleg_guard_defaults();
     let t_defaults = Instant::now();
     let ok = bed.wait_event_after(
         Some(&cursor),
@@ -846,14 +363,7 @@ fn frozen_containerd_is_reported_not_restarted_and_the_node_recovers() {
     let containerd = node.unit_main_pid("containerd.service");
     let kubelet = node.unit_main_pid("kubelet.service");
     let t0 = Instant::now();
-    bed.sh_ok(&format!("kill -STOP {containerd}"));
-    struct Resume<'a>(&'a Bed, u32);
-    impl Drop for Resume<'_> {
-        fn drop(&mut self) {
-            let _ = self.0.try_sh(&format!("kill -CONT {}", self.1), secs(10));
-        }
-    }
-    let resume = Resume(bed, containerd);
+    let resume = node.freeze(containerd);
     let found = bed.wait_event_after(
         Some(&cursor),
         "finding",

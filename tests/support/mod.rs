@@ -44,6 +44,7 @@ pub mod etcd;
 pub mod fleet_bed;
 pub use etcd::under_ci;
 mod pid1_serial;
+pub mod real_node;
 mod scenario;
 #[allow(unused_imports)]
 pub use affected_bed::*;
