@@ -1,6 +1,7 @@
 #!/bin/bash
 # Builds the real Kubernetes components the real-node tests run -- kubelet, kube-apiserver, the
-# etcd they are tested with, node-problem-detector -- from the pinned modules in tests/k8s/go.mod
+# etcd they are tested with, kube-controller-manager (its node lifecycle controller marks a silent
+# kubelet's Node Unknown), node-problem-detector -- from the pinned modules in tests/k8s/go.mod
 # and tests/k8s/npd/go.mod, into a cache keyed by those pins and this script:
 #   /var/cache/pleg-guard-test/k8s-<key>/bin/
 # A no-op when that directory is complete. Prints `K8S_BIN=<dir>` as its last line.
@@ -13,7 +14,7 @@ kube_version=v1.34.12
 key=$(cat "$here/go.mod" "$here/go.sum" "$here/npd/go.mod" "$here/npd/go.sum" "$0" \
     | sha256sum | cut -c1-16)
 out="$cache_root/k8s-$key"
-tools=(kubelet kube-apiserver etcd node-problem-detector)
+tools=(kubelet kube-apiserver kube-controller-manager etcd node-problem-detector)
 
 complete() {
     local t
@@ -45,9 +46,10 @@ version_flags+=" -X k8s.io/component-base/version.gitMajor=1"
 version_flags+=" -X k8s.io/component-base/version.gitMinor=34"
 version_flags+=" -X k8s.io/component-base/version.gitTreeState=clean"
 
-echo "building kubelet, kube-apiserver, etcd ($kube_version pins) ..."
+echo "building kubelet, kube-apiserver, kube-controller-manager, etcd ($kube_version pins) ..."
 (cd "$here" && go build -trimpath -ldflags "-s -w $version_flags" -o "$tmp/bin/" \
-    k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-apiserver)
+    k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-apiserver \
+    k8s.io/kubernetes/cmd/kube-controller-manager)
 (cd "$here" && go build -trimpath -ldflags "-s -w" -o "$tmp/bin/etcd" go.etcd.io/etcd/server/v3)
 echo "building node-problem-detector ..."
 (cd "$here/npd" && go build -trimpath -tags disable_stackdriver_exporter \
