@@ -1,7 +1,7 @@
 #!/bin/bash
 # Removes the node bed that tests/k8s/node-up.sh booted: powers its systemd off (so PID 1 stops
 # the pods' scopes and removes its cgroups), kills what is left, stops the API server's loopback
-# forwarder, restores the host sysctls node-up.sh set for kubelet, and deletes containerd's root.
+# forwarder, restores the host sysctls node-up.sh set for kubelet, and deletes the runtime's root.
 # Idempotent: nothing up is not an error.   tests/k8s/node-down.sh [--quiet]
 set -uo pipefail
 STATE=/run/pleg-guard-test-node
@@ -54,6 +54,6 @@ if [ -f "$STATE/sysctl.restore" ]; then
     done <"$STATE/sysctl.restore"
     rm -f "$STATE/sysctl.restore"
 fi
-rm -rf "$HOST_DATA/containerd"
+rm -rf "$HOST_DATA/containerd" "$HOST_DATA/docker"
 rm -f "$STATE/nspawn.pid" "$STATE/bed.pid" "$STATE/socat.pid"
 exit 0

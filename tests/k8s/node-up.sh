@@ -2,17 +2,23 @@
 # Boots a real single-node Kubernetes cluster in a systemd-nspawn bed, for the real-node tests
 # (tests/real_node.rs) and for trying pleg-guard by hand (docs/real-node.md):
 #
-#   tests/k8s/node-up.sh [--affected]      then     tests/k8s/node-down.sh
+#   tests/k8s/node-up.sh [--affected] [--dockershim]      then     tests/k8s/node-down.sh
 #
 # Inside one booted Debian 12 bed (its own PID 1, journal and network namespace), each a systemd
-# unit of that bed: etcd, kube-apiserver, containerd + runc (systemd cgroup driver: runc asks the
-# bed's PID 1 over D-Bus), kubelet (kubelet.service: so pleg-guard's restart-kubelet goes through
-# the bed's PID 1 and kubelet's log lands in the bed's journal), node-problem-detector with
-# pleg-guard's shipped monitor config, and pleg-guard itself installed from the project's .deb
-# ($PLEG_GUARD_DEB, else the newest target/**/pleg-guard_*.deb, else packaging/build-deb.sh) with
-# its default configuration. A static pod and an API-created pod run on the node.
+# unit of that bed: etcd, kube-apiserver, kube-controller-manager (its node lifecycle controller
+# only), containerd + runc (systemd cgroup driver: runc asks the bed's PID 1 over D-Bus), kubelet
+# (kubelet.service: so pleg-guard's restart-kubelet goes through the bed's PID 1 and kubelet's
+# log lands in the bed's journal), node-problem-detector with pleg-guard's shipped monitor
+# config, and pleg-guard itself installed from the project's .deb ($PLEG_GUARD_DEB, else the
+# newest target/**/pleg-guard_*.deb, else packaging/build-deb.sh) with its default
+# configuration. A static pod and an API-created pod run on the node.
 # --affected: the bed's PID 1 runs the sd-bus of systemd before v242 (systemd#11809), as in the
 # affected beds of tests/bed/README.md.
+# --dockershim: the seeds' era: kubelet v1.23.17 (tests/k8s/build-v123.sh) with dockershim
+# against dockerd 20.10 (Debian bookworm's docker.io, in a bed rootfs derived once from the
+# bookworm one and cached as /var/cache/pleg-guard-test/bed-bookworm-docker-<key>), instead of
+# kubelet 1.34 on containerd's CRI; the same 1.34 control plane (kube-apiserver 1.23 does not
+# build from its module). tests/k8s/node-up-dockershim.sh is this with --dockershim.
 #
 # Waits until the Node is Ready and both pods Running, then prints as its LAST lines:
 #   KUBECONFIG=<host path>  (token auth, reaches the API server through a loopback port)
@@ -29,11 +35,12 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 
-affected=false
+affected=false dockershim=false
 for a in "$@"; do
     case "$a" in
         --affected) affected=true ;;
-        -h | --help) sed -n '2,30p' "$0"; exit 0 ;;
+        --dockershim) dockershim=true ;;
+        -h | --help) sed -n '2,35p' "$0"; exit 0 ;;
         *) echo "node-up: unknown argument $a" >&2; exit 2 ;;
     esac
 done
@@ -45,9 +52,15 @@ NODE_IP=10.255.0.1
 API_PORT=6443
 TOKEN_FILE_NAME=admin.token
 LOCK=/run/pleg-guard-test-node.lock
-HOST_DATA=/var/lib/pleg-guard-test-node # containerd's root: a host ext4 dir (overlayfs on the bed's overlay root fails)
-POD_IMAGE=docker.io/pleg-guard-test/busybox:latest
-PAUSE_IMAGE=docker.io/pleg-guard-test/pause:latest
+# the runtime's root: a host ext4 dir (overlayfs, or docker's overlay2, on the bed's overlay root fails)
+HOST_DATA=/var/lib/pleg-guard-test-node
+CACHE=/var/cache/pleg-guard-test
+if $dockershim; then
+    RUNTIME=docker POD_IMAGE=pleg-guard-test/busybox:latest PAUSE_IMAGE=pleg-guard-test/pause:latest
+else
+    RUNTIME=containerd
+    POD_IMAGE=docker.io/pleg-guard-test/busybox:latest PAUSE_IMAGE=docker.io/pleg-guard-test/pause:latest
+fi
 log() { printf 'node-up: %s (%ds)\n' "$*" "$SECONDS" >&2; }
 die() { printf 'node-up: %s\n' "$*" >&2; exit 1; }
 
@@ -61,6 +74,10 @@ if $affected && [ ! -f "$AFFECTED_LIB" ]; then
 fi
 K8S_BIN=$("$here/build.sh" | sed -n 's/^K8S_BIN=//p' | tail -n 1)
 [ -x "$K8S_BIN/kubelet" ] || die "tests/k8s/build.sh built no kubelet"
+if $dockershim; then
+    V123_BIN=$("$here/build-v123.sh" | sed -n 's/^K8S_BIN=//p' | tail -n 1)
+    [ -x "$V123_BIN/kubelet" ] || die "tests/k8s/build-v123.sh built no kubelet"
+fi
 DEB=${PLEG_GUARD_DEB:-}
 if [ -z "$DEB" ]; then
     DEB=$(ls -t "$repo"/target/ci-packages/pleg-guard_*.deb "$repo"/target/debian/pleg-guard_*.deb 2>/dev/null | head -n 1 || true)
@@ -77,6 +94,41 @@ done
 docker image inspect pleg-guard-test/busybox:latest pleg-guard-test/pause:latest >/dev/null \
     || die "the test images are missing from the host's docker (tests/bed/prepare.sh makes them)"
 
+# --dockershim: the docker bed rootfs, bookworm's bed rootfs + docker.io (dockerd 20.10, its
+# containerd, runc) + iproute2 (dockershim reads a pod's IP with `nsenter ... ip`); docker not
+# started at boot
+if $dockershim; then
+    ROOTFS_RECIPE='apt-get install -y -qq --no-install-recommends docker.io iproute2'
+    key=$( { echo "$ROOTFS"; echo "$ROOTFS_RECIPE"; } | sha256sum | cut -c1-16)
+    DOCKER_ROOTFS=$CACHE/bed-bookworm-docker-$key
+    if [ ! -e "$DOCKER_ROOTFS/.pleg-guard-bed-complete" ]; then
+        exec 8>"$CACHE/.build-bookworm-docker.lock"
+        flock -w 600 8 || die "another run holds $CACHE/.build-bookworm-docker.lock"
+        if [ ! -e "$DOCKER_ROOTFS/.pleg-guard-bed-complete" ]; then
+            log "deriving the docker bed rootfs from $ROOTFS (about 30 s)"
+            tmp=$(mktemp -d "$CACHE/.build-bookworm-docker-XXXXXX")
+            cp -a "$ROOTFS/." "$tmp/"
+            printf '#!/bin/sh\nexit 101\n' >"$tmp/usr/sbin/policy-rc.d"
+            chmod 755 "$tmp/usr/sbin/policy-rc.d"
+            if ! chroot "$tmp" env DEBIAN_FRONTEND=noninteractive sh -c "apt-get update -qq && $ROOTFS_RECIPE" \
+                >"$CACHE/bed-bookworm-docker.log" 2>&1; then
+                tail -20 "$CACHE/bed-bookworm-docker.log" >&2; rm -rf "$tmp"; die "apt-get in the docker rootfs failed"
+            fi
+            rm -f "$tmp/usr/sbin/policy-rc.d" "$tmp/var/cache/apt/archives/"*.deb
+            rm -f "$tmp/etc/systemd/system/multi-user.target.wants/docker.service" \
+                "$tmp/etc/systemd/system/sockets.target.wants/docker.socket"
+            touch "$tmp/.pleg-guard-bed-complete"
+            rm -rf "$DOCKER_ROOTFS"
+            mv -T "$tmp" "$DOCKER_ROOTFS"
+            for old in "$CACHE"/bed-bookworm-docker-*; do
+                [ "$old" != "$DOCKER_ROOTFS" ] && [ -d "$old" ] && rm -rf "$old"
+            done
+        fi
+        exec 8>&-
+    fi
+    ROOTFS=$DOCKER_ROOTFS
+fi
+
 # --- one node bed at a time ----------------------------------------------------------------------
 exec 9>"$LOCK"
 if ! flock -n 9; then
@@ -90,8 +142,8 @@ mkdir -p "$STATE" "$HOST_DATA"
 # a node-up that fails takes its half-made bed down again (and so frees the lock)
 up=false
 trap '$up || "$here/node-down.sh" --quiet' EXIT
-rm -rf "$HOST_DATA/containerd" "$STATE"/*
-mkdir -p "$HOST_DATA/containerd"
+rm -rf "$HOST_DATA/containerd" "$HOST_DATA/docker" "$STATE"/*
+mkdir -p "$HOST_DATA/$RUNTIME"
 
 # --- host sysctls kubelet insists on (restored by node-down.sh) ----------------------------------
 : >"$STATE/sysctl.restore"
@@ -115,11 +167,15 @@ args=(-D "$ROOTFS" --volatile=overlay --boot --register=no --keep-unit --private
     # kubelet's OOM watcher reads the kernel log: the device, and CAP_SYSLOG to open it
     # (kernel.dmesg_restrict; nspawn drops CAP_SYSLOG: "open /dev/kmsg: operation not permitted")
     --bind=/dev/kmsg --capability=CAP_SYSLOG
-    "--bind=$HOST_DATA/containerd:/var/lib/containerd"
-    "--bind-ro=$K8S_BIN:/opt/k8s/bin"
-    --bind-ro=/usr/bin/containerd --bind-ro=/usr/bin/containerd-shim-runc-v2 --bind-ro=/usr/bin/ctr
-    --bind-ro=/usr/sbin/runc --bind-ro=/usr/lib/cni
+    "--bind=$HOST_DATA/$RUNTIME:/var/lib/$RUNTIME"
+    "--bind-ro=$K8S_BIN:/opt/k8s/bin" --bind-ro=/usr/lib/cni
     "--bind-ro=$DEB:/root/pleg-guard.deb")
+if $dockershim; then # the rootfs's own docker.io, containerd and runc
+    args+=("--bind-ro=$V123_BIN:/opt/k8s-v123/bin")
+else
+    args+=(--bind-ro=/usr/bin/containerd --bind-ro=/usr/bin/containerd-shim-runc-v2
+        --bind-ro=/usr/bin/ctr --bind-ro=/usr/sbin/runc)
+fi
 if $affected; then
     args+=("--bind-ro=$AFFECTED_LIB:/usr/lib/x86_64-linux-gnu/systemd/libsystemd-shared-252.so")
 fi
@@ -214,6 +270,82 @@ Restart=always
 RestartSec=1
 EOF
 
+# the node lifecycle controller alone (no taint-eviction-controller: the test pods are never
+# evicted): it marks the Node's conditions Unknown when kubelet stops renewing its Lease for
+# node-monitor-grace-period (50 s in 1.34), as on a real cluster
+put /etc/systemd/system/kube-controller-manager.service <<EOF
+[Unit]
+Description=kube-controller-manager (node-lifecycle-controller)
+After=kube-apiserver.service
+Wants=kube-apiserver.service
+[Service]
+ExecStart=/opt/k8s/bin/kube-controller-manager --kubeconfig=/etc/kubernetes/admin.kubeconfig \\
+  --controllers=node-lifecycle-controller --leader-elect=false --secure-port=0
+Restart=always
+RestartSec=1
+EOF
+
+# nspawn mounts the cgroup v1 controllers read-only; runc and kubelet create cgroups in them
+put /usr/local/sbin/cgroups-rw <<'EOF'
+#!/bin/sh
+for c in /sys/fs/cgroup/*; do
+    [ -d "$c" ] && [ ! -L "$c" ] && mount -o remount,bind,rw "$c"
+done
+exit 0
+EOF
+in_bed chmod +x /usr/local/sbin/cgroups-rw
+put /etc/systemd/system/cgroups-rw.service <<'EOF'
+[Unit]
+Description=writable cgroup v1 controllers for the container runtime and kubelet
+DefaultDependencies=no
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/usr/local/sbin/cgroups-rw
+EOF
+for u in containerd docker; do
+    put /etc/systemd/system/$u.service.d/50-cgroups-rw.conf <<'EOF'
+[Unit]
+After=cgroups-rw.service
+Requires=cgroups-rw.service
+EOF
+done
+if $dockershim; then
+# dockershim gives every pod sandbox oom_score_adj -998; runc init writing a negative value needs
+# CAP_SYS_RESOURCE, which the host's own bounding set lacks (nspawn: "Some capabilities will not
+# be set because they are not in the current bounding set"), and dockershim has no
+# restrict_oom_score_adj as containerd's CRI has: docker's runtime is this wrapper, which raises
+# a negative oomScoreAdj in the bundle to 0 before runc reads it (else "runc create failed: unable
+# to start container process: can't get final child's PID from pipe: EOF")
+put /usr/local/sbin/runc-bed <<'EOF'
+#!/bin/sh
+prev=
+for a in "$@"; do
+    case "$prev" in --bundle|-b) bundle=$a ;; esac
+    case "$a" in --bundle=*) bundle=${a#--bundle=} ;; esac
+    prev=$a
+done
+if [ -n "${bundle:-}" ] && [ -f "$bundle/config.json" ]; then
+    sed -i -E 's/"oomScoreAdj":-[0-9]+/"oomScoreAdj":0/' "$bundle/config.json"
+fi
+exec /usr/sbin/runc "$@"
+EOF
+in_bed chmod 755 /usr/local/sbin/runc-bed
+# systemd cgroup driver (runc asks the bed's PID 1 over D-Bus, as on the seeds' nodes); no bridge,
+# iptables or masquerading of docker's own: pods get their network from CNI through dockershim
+put /etc/docker/daemon.json <<'EOF'
+{
+  "exec-opts": ["native.cgroupdriver=systemd"],
+  "storage-driver": "overlay2",
+  "bridge": "none",
+  "iptables": false,
+  "ip-masq": false,
+  "runtimes": {"runc-bed": {"path": "/usr/local/sbin/runc-bed"}},
+  "default-runtime": "runc-bed"
+}
+EOF
+    CNI_VERSION=0.4.0 # dockershim's CNI library (libcni 0.8) speaks CNI spec versions up to 0.4.0
+else
 put /etc/containerd/config.toml <<EOF
 version = 2
 root = "/var/lib/containerd"
@@ -231,9 +363,22 @@ state = "/run/containerd"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
       SystemdCgroup = true
 EOF
+put /etc/systemd/system/containerd.service <<'EOF'
+[Unit]
+Description=containerd
+[Service]
+ExecStart=/usr/bin/containerd --config /etc/containerd/config.toml
+Type=notify
+Delegate=yes
+KillMode=process
+Restart=always
+LimitNOFILE=infinity
+EOF
+    CNI_VERSION=1.0.0
+fi
 put /etc/cni/net.d/10-pleg-guard-node.conflist <<EOF
 {
-  "cniVersion": "1.0.0",
+  "cniVersion": "$CNI_VERSION",
   "name": "pods",
   "plugins": [
     {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false,
@@ -243,50 +388,18 @@ put /etc/cni/net.d/10-pleg-guard-node.conflist <<EOF
   ]
 }
 EOF
-# nspawn mounts the cgroup v1 controllers read-only; runc and kubelet create cgroups in them
-put /usr/local/sbin/cgroups-rw <<'EOF'
-#!/bin/sh
-for c in /sys/fs/cgroup/*; do
-    [ -d "$c" ] && [ ! -L "$c" ] && mount -o remount,bind,rw "$c"
-done
-exit 0
-EOF
-in_bed chmod +x /usr/local/sbin/cgroups-rw
-put /etc/systemd/system/cgroups-rw.service <<'EOF'
-[Unit]
-Description=writable cgroup v1 controllers for containerd and kubelet
-DefaultDependencies=no
-[Service]
-Type=oneshot
-RemainAfterExit=yes
-ExecStart=/usr/local/sbin/cgroups-rw
-EOF
-put /etc/systemd/system/containerd.service <<'EOF'
-[Unit]
-Description=containerd
-After=cgroups-rw.service
-Requires=cgroups-rw.service
-[Service]
-ExecStart=/usr/bin/containerd --config /etc/containerd/config.toml
-Type=notify
-Delegate=yes
-KillMode=process
-Restart=always
-LimitNOFILE=infinity
-EOF
 
 kubeconfig "https://$NODE_IP:$API_PORT" | put /etc/kubernetes/kubelet.kubeconfig
-put /etc/kubernetes/kubelet.yaml <<'EOF'
+# (kubelet 1.23 knows neither containerRuntimeEndpoint nor failCgroupV1: the last two lines)
+{ cat <<'EOF'
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 cgroupDriver: systemd
-containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
 staticPodPath: /etc/kubernetes/manifests
 # kubelet must not write the host's sysctls through the bed (node-up.sh set the ones it checks)
 protectKernelDefaults: true
 makeIPTablesUtilChains: false
 failSwapOn: false
-failCgroupV1: false
 healthzBindAddress: 127.0.0.1
 healthzPort: 10248
 authentication:
@@ -299,13 +412,22 @@ evictionHard: {memory.available: "50Mi", nodefs.available: "1%", imagefs.availab
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 EOF
+  $dockershim || printf '%s\n' 'containerRuntimeEndpoint: unix:///run/containerd/containerd.sock' 'failCgroupV1: false'
+} | put /etc/kubernetes/kubelet.yaml
+if $dockershim; then
+    KUBELET="v1.23.17, dockershim"
+    KUBELET_CMD="/opt/k8s-v123/bin/kubelet --container-runtime=docker --pod-infra-container-image=$PAUSE_IMAGE \\
+  --network-plugin=cni --cni-bin-dir=/usr/lib/cni --cni-conf-dir=/etc/cni/net.d"
+else
+    KUBELET=v1.34 KUBELET_CMD=/opt/k8s/bin/kubelet
+fi
 put /etc/systemd/system/kubelet.service <<EOF
 [Unit]
-Description=kubelet (real, k8s.io/kubernetes v1.34)
-After=containerd.service kube-apiserver.service
-Wants=containerd.service
+Description=kubelet (real, k8s.io/kubernetes $KUBELET)
+After=$RUNTIME.service kube-apiserver.service
+Wants=$RUNTIME.service
 [Service]
-ExecStart=/opt/k8s/bin/kubelet --config=/etc/kubernetes/kubelet.yaml \\
+ExecStart=$KUBELET_CMD --config=/etc/kubernetes/kubelet.yaml \\
   --kubeconfig=/etc/kubernetes/kubelet.kubeconfig --node-ip=$NODE_IP --hostname-override=$NODE
 Restart=always
 RestartSec=2
@@ -339,17 +461,26 @@ EOF
 in_bed systemctl daemon-reload
 # the bed rootfs's stand-in kubelet started at boot: the real one replaced its unit
 in_bed systemctl stop kubelet.service
-in_bed systemctl start etcd.service kube-apiserver.service containerd.service
-for _ in $(seq 300); do
-    in_bed ctr --address /run/containerd/containerd.sock version >/dev/null 2>&1 && break
-    sleep 0.2
-done
-docker save pleg-guard-test/busybox:latest pleg-guard-test/pause:latest >"$STATE/images.tar"
-in_bed ctr --address /run/containerd/containerd.sock -n k8s.io images import - \
-    <"$STATE/images.tar" >/dev/null || die "ctr images import failed"
-rm -f "$STATE/images.tar"
-log "containerd up, $POD_IMAGE and $PAUSE_IMAGE imported"
-
+in_bed systemctl start etcd.service kube-apiserver.service "$RUNTIME.service" \
+    || { in_bed journalctl -u "$RUNTIME" -n 40 --no-pager >&2; die "etcd, kube-apiserver or $RUNTIME did not start"; }
+if $dockershim; then
+    for _ in $(seq 300); do
+        in_bed docker version >/dev/null 2>&1 && break
+        sleep 0.2
+    done
+    docker save "$POD_IMAGE" "$PAUSE_IMAGE" | in_bed docker load >/dev/null || die "docker load in the bed failed"
+    log "dockerd $(in_bed docker version -f '{{.Server.Version}}') up, $POD_IMAGE and $PAUSE_IMAGE loaded"
+else
+    for _ in $(seq 300); do
+        in_bed ctr --address /run/containerd/containerd.sock version >/dev/null 2>&1 && break
+        sleep 0.2
+    done
+    docker save pleg-guard-test/busybox:latest pleg-guard-test/pause:latest >"$STATE/images.tar"
+    in_bed ctr --address /run/containerd/containerd.sock -n k8s.io images import - \
+        <"$STATE/images.tar" >/dev/null || die "ctr images import failed"
+    rm -f "$STATE/images.tar"
+    log "containerd up, $POD_IMAGE and $PAUSE_IMAGE imported"
+fi
 
 # the API server, seen from the host through a loopback port into the bed's network namespace
 HOST_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
@@ -368,6 +499,7 @@ for _ in $(seq 600); do
 done
 [ "$(api GET /readyz)" = ok ] || { in_bed journalctl -u kube-apiserver -n 40 --no-pager >&2; die "kube-apiserver not ready"; }
 log "kube-apiserver ready"
+in_bed systemctl start kube-controller-manager.service
 
 in_bed systemctl start kubelet.service
 ready() {
