@@ -51,6 +51,8 @@
 //! not happen within its bound), then a table (min / median / max over the runs), and the JSON
 //! report. The load average (`/proc/loadavg`) is recorded at the start of every run.
 
+#[path = "support/stats.rs"]
+mod bench_stats;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
@@ -59,6 +61,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use bench_stats::{panic_message, stats};
 use serde_json::{Map, Value, json};
 use support::real_node::*;
 use support::*;
@@ -594,32 +597,6 @@ fn containerd_freeze() -> Run {
 // statistics and the table
 // ---------------------------------------------------------------------------------------------
 
-struct Stats {
-    n: usize,
-    min: f64,
-    median: f64,
-    max: f64,
-}
-
-fn stats(v: &[f64]) -> Option<Stats> {
-    if v.is_empty() {
-        return None;
-    }
-    let mut s = v.to_vec();
-    s.sort_by(|a, b| a.total_cmp(b));
-    let median = if s.len() % 2 == 1 {
-        s[s.len() / 2]
-    } else {
-        (s[s.len() / 2 - 1] + s[s.len() / 2]) / 2.0
-    };
-    Some(Stats {
-        n: s.len(),
-        min: s[0],
-        median,
-        max: s[s.len() - 1],
-    })
-}
-
 /// The samples of `key` over `runs` (those that happened) and how many did not.
 fn samples(runs: &[Run], key: &str) -> (Vec<f64>, usize) {
     let v: Vec<f64> = runs.iter().filter_map(|r| r.get(key)).collect();
@@ -835,12 +812,7 @@ fn main() {
                     runs.entry(fault.key()).or_default().push(r);
                 }
                 Err(e) => {
-                    let msg = e
-                        .downcast_ref::<String>()
-                        .cloned()
-                        .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
-                        .unwrap_or_else(|| "panic".into());
-                    let short: String = msg.chars().take(800).collect();
+                    let short = panic_message(&*e, 800);
                     println!(
                         "real-node-bench fault={} rep={rep} load1={:.1} error={:?}",
                         fault.key(),
