@@ -323,12 +323,7 @@ fn kubelet_stop(control_secs: u64) -> Run {
         "finding",
         field(&finding, "PLEG_GUARD_FINDING").unwrap_or(""),
     );
-    let restarted = node.bed.wait_event_after(
-        Some(&cursor),
-        "action-succeeded",
-        &[("PLEG_GUARD_ACTION", "restart-kubelet")],
-        secs(300),
-    );
+    let restarted = node.wait_action_succeeded(&cursor, "restart-kubelet", secs(300));
     // the stopped process is gone (PID 1 killed it): no SIGCONT to a pid that may be reused
     frozen.keep();
     run.val("cure_s", Some(secs_between(t0, entry_instant(&restarted))));
@@ -421,12 +416,7 @@ fn bus_wedge(control_secs: u64) -> Run {
         "finding",
         field(&finding, "PLEG_GUARD_FINDING").unwrap_or(""),
     );
-    let cured = bed.wait_event_after(
-        Some(&cursor),
-        "action-succeeded",
-        &[("PLEG_GUARD_ACTION", "daemon-reexec")],
-        secs(240),
-    );
+    let cured = node.wait_action_succeeded(&cursor, "daemon-reexec", secs(240));
     let t_cured = entry_instant(&cured);
     run.val("cure_s", Some(secs_between(t0, t_cured)));
     node.wait_pod_running("after-wedge", secs(180));

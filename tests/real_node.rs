@@ -137,12 +137,7 @@ fn wedged_kubelet_is_restarted_through_pid1_and_the_node_is_ready_again() {
         &[("PLEG_GUARD_FINDING", "kubelet-pleg-unhealthy")],
         secs(300),
     );
-    let restarted = node.bed.wait_event_after(
-        Some(&cursor),
-        "action-succeeded",
-        &[("PLEG_GUARD_ACTION", "restart-kubelet")],
-        secs(300),
-    );
+    let restarted = node.wait_action_succeeded(&cursor, "restart-kubelet", secs(300));
     let t_restarted = entry_instant(&restarted);
     // kubelet's own unit: PID 1 stopped the old process and started a new one
     let new_pid = node.unit_main_pid("kubelet.service");
@@ -340,12 +335,7 @@ fn seed_bus_wedge_on_a_real_node_observed_then_cured_at_defaults() {
     );
     node.pleg_guard_defaults();
     let t_defaults = Instant::now();
-    let ok = bed.wait_event_after(
-        Some(&cursor),
-        "action-succeeded",
-        &[("PLEG_GUARD_ACTION", "daemon-reexec")],
-        secs(180),
-    );
+    let ok = node.wait_action_succeeded(&cursor, "daemon-reexec", secs(180));
     let t_cured = entry_instant(&ok);
     assert!(
         bed.try_pid1_call(secs(5)).is_ok(),

@@ -476,6 +476,22 @@ impl Node {
         )
     }
 
+    /// pleg-guard's first `action-succeeded` entry of `action` (`restart-kubelet`,
+    /// `daemon-reexec`, ...) after `cursor`; panics after `timeout`.
+    pub fn wait_action_succeeded(
+        &self,
+        cursor: &str,
+        action: &str,
+        timeout: Duration,
+    ) -> Map<String, Value> {
+        self.bed.wait_event_after(
+            Some(cursor),
+            "action-succeeded",
+            &[("PLEG_GUARD_ACTION", action)],
+            timeout,
+        )
+    }
+
     /// pleg-guard's `action-started` entries after `cursor` (any action).
     pub fn actions_started_after(&self, cursor: &str) -> Vec<Map<String, Value>> {
         self.bed.journal_after(
