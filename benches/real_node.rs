@@ -203,6 +203,18 @@ fn first_on_watch(
         .map(|(t, _)| t)
 }
 
+/// Seconds from `since` to the first version of the Node on the watch whose Ready is not
+/// `True`.
+fn ready_not_true_s(watch: &NodeWatch, since: Instant) -> Option<f64> {
+    first_on_watch(watch, "Ready", since, |s| s != "True").map(|t| secs_between(since, t))
+}
+
+/// pleg-guard in observe mode for a control run, settled for 5 s.
+fn control_mode(node: &Node) {
+    node.pleg_guard_observe();
+    std::thread::sleep(secs(5));
+}
+
 /// pleg-guard's first `finding` entry after `cursor` whose id `id` accepts (no waiting).
 fn finding_now(node: &Node, cursor: &str, id: impl Fn(&str) -> bool) -> Option<Map<String, Value>> {
     node.bed
@@ -329,15 +341,11 @@ fn kubelet_stop(control_secs: u64) -> Run {
     run.val("cure_s", Some(secs_between(t0, entry_instant(&restarted))));
     node.wait_ready_with_lease_after(entry_epoch_s(&restarted), secs(180));
     run.val("ready_again_s", Some(t0.elapsed().as_secs_f64()));
-    run.val(
-        "ready_not_true_s",
-        first_on_watch(&watch, "Ready", t0, |s| s != "True").map(|t| secs_between(t0, t)),
-    );
+    run.val("ready_not_true_s", ready_not_true_s(&watch, t0));
     run.note("restarts", events_after(&node, &cursor, "action-started"));
 
     // control: observe mode, kubelet stopped again
-    node.pleg_guard_observe();
-    std::thread::sleep(secs(5));
+    control_mode(&node);
     let pid = node.unit_main_pid("kubelet.service");
     assert!(pid > 0, "kubelet has no MainPID for the control run");
     let cursor = node.bed.journal_cursor();
@@ -425,15 +433,11 @@ fn bus_wedge(control_secs: u64) -> Run {
         "pod_running_after_cure_s",
         Some(t_cured.elapsed().as_secs_f64()),
     );
-    run.val(
-        "ready_not_true_s",
-        first_on_watch(&watch, "Ready", t0, |s| s != "True").map(|t| secs_between(t0, t)),
-    );
+    run.val("ready_not_true_s", ready_not_true_s(&watch, t0));
     run.note("reexecs", events_after(&node, &cursor, "action-started"));
 
     // control: observe mode, PID 1 wedged again
-    node.pleg_guard_observe();
-    std::thread::sleep(secs(5));
+    control_mode(&node);
     let cursor = bed.journal_cursor();
     let wedge = node.wedge_pid1(secs(120));
     let t1 = wedge.first_unanswered;
@@ -468,10 +472,7 @@ fn bus_wedge(control_secs: u64) -> Run {
             format!("stuck:{reason}")
         },
     );
-    run.val(
-        "control_ready_not_true_s",
-        first_on_watch(&watch, "Ready", t1, |s| s != "True").map(|t| secs_between(t1, t)),
-    );
+    run.val("control_ready_not_true_s", ready_not_true_s(&watch, t1));
     run.val(
         "control_npd_wedged_s",
         first_on_watch(&watch, "SystemdBusWedged", t1, |s| s == "True")
