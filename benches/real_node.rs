@@ -385,9 +385,12 @@ fn kubelet_stop(control_secs: u64) -> Run {
         "control_actions",
         events_after(&node, &cursor, "action-started"),
     );
+    // what pleg-guard held back: observe mode logs `action-skipped`, but after the cure the
+    // rate limit holds restart-kubelet back first and logs `action-suppressed` (src/daemon)
     run.note(
         "control_skipped",
-        events_after(&node, &cursor, "action-skipped"),
+        events_after(&node, &cursor, "action-skipped")
+            + events_after(&node, &cursor, "action-suppressed"),
     );
     drop(frozen);
     run
