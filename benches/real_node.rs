@@ -203,10 +203,21 @@ fn first_on_watch(
         .map(|(t, _)| t)
 }
 
+/// Seconds from `since` to the first version of the Node on the watch, from `since` on, whose
+/// condition `ty` has a status `bad` accepts.
+fn first_on_watch_s(
+    watch: &NodeWatch,
+    ty: &str,
+    since: Instant,
+    bad: impl Fn(&str) -> bool,
+) -> Option<f64> {
+    first_on_watch(watch, ty, since, bad).map(|t| secs_between(since, t))
+}
+
 /// Seconds from `since` to the first version of the Node on the watch whose Ready is not
 /// `True`.
 fn ready_not_true_s(watch: &NodeWatch, since: Instant) -> Option<f64> {
-    first_on_watch(watch, "Ready", since, |s| s != "True").map(|t| secs_between(since, t))
+    first_on_watch_s(watch, "Ready", since, |s| s != "True")
 }
 
 /// pleg-guard in observe mode for a control run, settled for 5 s.
@@ -478,8 +489,7 @@ fn bus_wedge(control_secs: u64) -> Run {
     run.val("control_ready_not_true_s", ready_not_true_s(&watch, t1));
     run.val(
         "control_npd_wedged_s",
-        first_on_watch(&watch, "SystemdBusWedged", t1, |s| s == "True")
-            .map(|t| secs_between(t1, t)),
+        first_on_watch_s(&watch, "SystemdBusWedged", t1, |s| s == "True"),
     );
     run.note(
         "control_ready_end",
@@ -553,8 +563,7 @@ fn containerd_freeze() -> Run {
     );
     run.val(
         "npd_condition_s",
-        first_on_watch(&watch, "ContainerRuntimeUnresponsive", t0, |s| s == "True")
-            .map(|t| secs_between(t0, t)),
+        first_on_watch_s(&watch, "ContainerRuntimeUnresponsive", t0, |s| s == "True"),
     );
     run.note(
         "containerd_still_stopped",
