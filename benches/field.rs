@@ -34,6 +34,8 @@
 //! host clock taken right before the call). Faults are injected at a random phase of the probe
 //! interval, as on a real node.
 
+#[path = "support/stats.rs"]
+mod bench_stats;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
@@ -43,6 +45,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use bench_stats::{panic_message, stats};
 use serde_json::{Map, Value, json};
 use support::*;
 
@@ -309,33 +312,6 @@ impl Drop for TimedDead {
 // statistics
 // ---------------------------------------------------------------------------------------------
 
-#[derive(Clone, Copy)]
-struct Stats {
-    n: usize,
-    min: f64,
-    median: f64,
-    max: f64,
-}
-
-fn stats(v: &[f64]) -> Option<Stats> {
-    if v.is_empty() {
-        return None;
-    }
-    let mut s = v.to_vec();
-    s.sort_by(|a, b| a.total_cmp(b));
-    let median = if s.len() % 2 == 1 {
-        s[s.len() / 2]
-    } else {
-        (s[s.len() / 2 - 1] + s[s.len() / 2]) / 2.0
-    };
-    Some(Stats {
-        n: s.len(),
-        min: s[0],
-        median,
-        max: s[s.len() - 1],
-    })
-}
-
 fn stats_json(v: &[f64]) -> Value {
     match stats(v) {
         Some(s) => json!({"n": s.n, "min": s.min, "median": s.median, "max": s.max, "samples": v}),
@@ -360,12 +336,7 @@ fn fmt_stats(v: &[f64], unit: &str, prec: usize) -> String {
 /// Runs one sample; a panic (bed trouble, timeout) becomes an error string.
 fn attempt<T>(what: &str, f: impl FnOnce() -> T) -> Result<T, String> {
     catch_unwind(AssertUnwindSafe(f)).map_err(|e| {
-        let msg = e
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_else(|| "panic".into());
-        let short: String = msg.chars().take(600).collect();
+        let short = panic_message(&*e, 600);
         eprintln!("!! {what}: {short}");
         format!("{what}: {short}")
     })

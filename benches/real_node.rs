@@ -51,6 +51,8 @@
 //! not happen within its bound), then a table (min / median / max over the runs), and the JSON
 //! report. The load average (`/proc/loadavg`) is recorded at the start of every run.
 
+#[path = "support/stats.rs"]
+mod bench_stats;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
@@ -59,6 +61,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use bench_stats::{panic_message, stats};
 use serde_json::{Map, Value, json};
 use support::real_node::*;
 use support::*;
@@ -200,6 +203,29 @@ fn first_on_watch(
         .map(|(t, _)| t)
 }
 
+/// Seconds from `since` to the first version of the Node on the watch, from `since` on, whose
+/// condition `ty` has a status `bad` accepts.
+fn first_on_watch_s(
+    watch: &NodeWatch,
+    ty: &str,
+    since: Instant,
+    bad: impl Fn(&str) -> bool,
+) -> Option<f64> {
+    first_on_watch(watch, ty, since, bad).map(|t| secs_between(since, t))
+}
+
+/// Seconds from `since` to the first version of the Node on the watch whose Ready is not
+/// `True`.
+fn ready_not_true_s(watch: &NodeWatch, since: Instant) -> Option<f64> {
+    first_on_watch_s(watch, "Ready", since, |s| s != "True")
+}
+
+/// pleg-guard in observe mode for a control run, settled for 5 s.
+fn control_mode(node: &Node) {
+    node.pleg_guard_observe();
+    std::thread::sleep(secs(5));
+}
+
 /// pleg-guard's first `finding` entry after `cursor` whose id `id` accepts (no waiting).
 fn finding_now(node: &Node, cursor: &str, id: impl Fn(&str) -> bool) -> Option<Map<String, Value>> {
     node.bed
@@ -320,26 +346,17 @@ fn kubelet_stop(control_secs: u64) -> Run {
         "finding",
         field(&finding, "PLEG_GUARD_FINDING").unwrap_or(""),
     );
-    let restarted = node.bed.wait_event_after(
-        Some(&cursor),
-        "action-succeeded",
-        &[("PLEG_GUARD_ACTION", "restart-kubelet")],
-        secs(300),
-    );
+    let restarted = node.wait_action_succeeded(&cursor, "restart-kubelet", secs(300));
     // the stopped process is gone (PID 1 killed it): no SIGCONT to a pid that may be reused
     frozen.keep();
     run.val("cure_s", Some(secs_between(t0, entry_instant(&restarted))));
     node.wait_ready_with_lease_after(entry_epoch_s(&restarted), secs(180));
     run.val("ready_again_s", Some(t0.elapsed().as_secs_f64()));
-    run.val(
-        "ready_not_true_s",
-        first_on_watch(&watch, "Ready", t0, |s| s != "True").map(|t| secs_between(t0, t)),
-    );
+    run.val("ready_not_true_s", ready_not_true_s(&watch, t0));
     run.note("restarts", events_after(&node, &cursor, "action-started"));
 
     // control: observe mode, kubelet stopped again
-    node.pleg_guard_observe();
-    std::thread::sleep(secs(5));
+    control_mode(&node);
     let pid = node.unit_main_pid("kubelet.service");
     assert!(pid > 0, "kubelet has no MainPID for the control run");
     let cursor = node.bed.journal_cursor();
@@ -379,9 +396,12 @@ fn kubelet_stop(control_secs: u64) -> Run {
         "control_actions",
         events_after(&node, &cursor, "action-started"),
     );
+    // what pleg-guard held back: observe mode logs `action-skipped`, but after the cure the
+    // rate limit holds restart-kubelet back first and logs `action-suppressed` (src/daemon)
     run.note(
         "control_skipped",
-        events_after(&node, &cursor, "action-skipped"),
+        events_after(&node, &cursor, "action-skipped")
+            + events_after(&node, &cursor, "action-suppressed"),
     );
     drop(frozen);
     run
@@ -418,12 +438,7 @@ fn bus_wedge(control_secs: u64) -> Run {
         "finding",
         field(&finding, "PLEG_GUARD_FINDING").unwrap_or(""),
     );
-    let cured = bed.wait_event_after(
-        Some(&cursor),
-        "action-succeeded",
-        &[("PLEG_GUARD_ACTION", "daemon-reexec")],
-        secs(240),
-    );
+    let cured = node.wait_action_succeeded(&cursor, "daemon-reexec", secs(240));
     let t_cured = entry_instant(&cured);
     run.val("cure_s", Some(secs_between(t0, t_cured)));
     node.wait_pod_running("after-wedge", secs(180));
@@ -432,15 +447,11 @@ fn bus_wedge(control_secs: u64) -> Run {
         "pod_running_after_cure_s",
         Some(t_cured.elapsed().as_secs_f64()),
     );
-    run.val(
-        "ready_not_true_s",
-        first_on_watch(&watch, "Ready", t0, |s| s != "True").map(|t| secs_between(t0, t)),
-    );
+    run.val("ready_not_true_s", ready_not_true_s(&watch, t0));
     run.note("reexecs", events_after(&node, &cursor, "action-started"));
 
     // control: observe mode, PID 1 wedged again
-    node.pleg_guard_observe();
-    std::thread::sleep(secs(5));
+    control_mode(&node);
     let cursor = bed.journal_cursor();
     let wedge = node.wedge_pid1(secs(120));
     let t1 = wedge.first_unanswered;
@@ -475,14 +486,10 @@ fn bus_wedge(control_secs: u64) -> Run {
             format!("stuck:{reason}")
         },
     );
-    run.val(
-        "control_ready_not_true_s",
-        first_on_watch(&watch, "Ready", t1, |s| s != "True").map(|t| secs_between(t1, t)),
-    );
+    run.val("control_ready_not_true_s", ready_not_true_s(&watch, t1));
     run.val(
         "control_npd_wedged_s",
-        first_on_watch(&watch, "SystemdBusWedged", t1, |s| s == "True")
-            .map(|t| secs_between(t1, t)),
+        first_on_watch_s(&watch, "SystemdBusWedged", t1, |s| s == "True"),
     );
     run.note(
         "control_ready_end",
@@ -556,8 +563,7 @@ fn containerd_freeze() -> Run {
     );
     run.val(
         "npd_condition_s",
-        first_on_watch(&watch, "ContainerRuntimeUnresponsive", t0, |s| s == "True")
-            .map(|t| secs_between(t0, t)),
+        first_on_watch_s(&watch, "ContainerRuntimeUnresponsive", t0, |s| s == "True"),
     );
     run.note(
         "containerd_still_stopped",
@@ -593,32 +599,6 @@ fn containerd_freeze() -> Run {
 // ---------------------------------------------------------------------------------------------
 // statistics and the table
 // ---------------------------------------------------------------------------------------------
-
-struct Stats {
-    n: usize,
-    min: f64,
-    median: f64,
-    max: f64,
-}
-
-fn stats(v: &[f64]) -> Option<Stats> {
-    if v.is_empty() {
-        return None;
-    }
-    let mut s = v.to_vec();
-    s.sort_by(|a, b| a.total_cmp(b));
-    let median = if s.len() % 2 == 1 {
-        s[s.len() / 2]
-    } else {
-        (s[s.len() / 2 - 1] + s[s.len() / 2]) / 2.0
-    };
-    Some(Stats {
-        n: s.len(),
-        min: s[0],
-        median,
-        max: s[s.len() - 1],
-    })
-}
 
 /// The samples of `key` over `runs` (those that happened) and how many did not.
 fn samples(runs: &[Run], key: &str) -> (Vec<f64>, usize) {
@@ -835,12 +815,7 @@ fn main() {
                     runs.entry(fault.key()).or_default().push(r);
                 }
                 Err(e) => {
-                    let msg = e
-                        .downcast_ref::<String>()
-                        .cloned()
-                        .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
-                        .unwrap_or_else(|| "panic".into());
-                    let short: String = msg.chars().take(800).collect();
+                    let short = panic_message(&*e, 800);
                     println!(
                         "real-node-bench fault={} rep={rep} load1={:.1} error={:?}",
                         fault.key(),

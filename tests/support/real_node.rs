@@ -20,6 +20,9 @@ use super::{
     Bed, SERIAL_MAX, field, host, require_affected_bed, require_bed, run_with_timeout, secs, show,
 };
 
+/// A Node's conditions by type: (status, reason, message).
+pub type Conditions = BTreeMap<String, (String, String, String)>;
+
 pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
@@ -160,7 +163,7 @@ impl Node {
     }
 
     /// The Node's conditions by type: (status, reason, message).
-    pub fn conditions(&self) -> BTreeMap<String, (String, String, String)> {
+    pub fn conditions(&self) -> Conditions {
         conditions_of(&self.node_object())
     }
 
@@ -169,8 +172,8 @@ impl Node {
         &self,
         what: &str,
         timeout: Duration,
-        pred: impl Fn(&BTreeMap<String, (String, String, String)>) -> bool,
-    ) -> BTreeMap<String, (String, String, String)> {
+        pred: impl Fn(&Conditions) -> bool,
+    ) -> Conditions {
         let start = Instant::now();
         loop {
             let c = self.conditions();
@@ -308,7 +311,7 @@ impl Node {
     }
 }
 
-pub fn conditions_of(node: &Value) -> BTreeMap<String, (String, String, String)> {
+pub fn conditions_of(node: &Value) -> Conditions {
     node["status"]["conditions"]
         .as_array()
         .map(|a| {
@@ -469,6 +472,22 @@ impl Node {
                     && field(e, "__CURSOR") != Some(cursor)
                     && field(e, "PLEG_GUARD_FINDING").is_some_and(&id)
             },
+            timeout,
+        )
+    }
+
+    /// pleg-guard's first `action-succeeded` entry of `action` (`restart-kubelet`,
+    /// `daemon-reexec`, ...) after `cursor`; panics after `timeout`.
+    pub fn wait_action_succeeded(
+        &self,
+        cursor: &str,
+        action: &str,
+        timeout: Duration,
+    ) -> Map<String, Value> {
+        self.bed.wait_event_after(
+            Some(cursor),
+            "action-succeeded",
+            &[("PLEG_GUARD_ACTION", action)],
             timeout,
         )
     }
