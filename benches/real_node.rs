@@ -7,7 +7,7 @@
 //! scenarios (the steps are shared: tests/support/real_node.rs).
 //!
 //! ```text
-//! sudo cargo bench --bench real_node                        # 3 reps of each fault, ~70 min
+//! sudo cargo bench --bench real_node                        # 3 reps of each fault, ~55 min
 //! sudo PLEG_BENCH_REPS=1 PLEG_BENCH_FAULTS=containerd-freeze cargo bench --bench real_node
 //! ```
 //!
@@ -31,9 +31,8 @@
 //!   `restart-kubelet` that succeeded, the Node Ready with a Lease renewed by the new kubelet.
 //!   Control (observe mode, kubelet stopped again): the first version of the Node on the watch
 //!   whose Ready is not `True`, within the bound; else Ready's status at the end and how old
-//!   the Lease then is. (The bed runs no kube-controller-manager, whose node lifecycle
-//!   controller would mark the Node `Unknown` 50 s after the last renewal in 1.34: here nothing
-//!   rewrites the silent kubelet's Node.)
+//!   the Lease then is. (The bed's kube-controller-manager runs the node lifecycle controller,
+//!   which marks the Node `Unknown` 50 s after kubelet's last Lease renewal in 1.34.)
 //! - `bus-wedge`: the seed's incident: the affected PID 1's bus serial fast-forwarded to 2^32−9,
 //!   wedged by the node's own traffic; the fault is the start of the first bus call PID 1 left
 //!   unanswered. At the defaults: `systemd-bus-wedge`, the `daemon-reexec` that succeeded, a pod
