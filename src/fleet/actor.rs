@@ -110,7 +110,8 @@ struct Want {
 struct Grant {
     since: SystemTime,
     index: usize,
-    /// The holder key's create revision: the grant's revision.
+    /// The revision that wrote the holder key: the grant's (a handoff rewrites the key of a
+    /// slot, so its create revision may be an earlier grant's).
     revision: i64,
 }
 
@@ -132,8 +133,8 @@ pub(crate) struct Actor {
     /// This node's queue key, and the action its value names.
     queued: Option<(Me, ActionKind)>,
     granted: Option<Grant>,
-    /// Own keys to delete (a released slot, a withdrawn request), with their create revision.
-    to_delete: Vec<(String, i64)>,
+    /// Slots to give back (index, the grant's revision).
+    to_release: Vec<(usize, i64)>,
     queue: Option<(usize, usize, usize)>,
     lease: Option<i64>,
     last_ack: Instant,
@@ -175,7 +176,7 @@ impl Actor {
             want: None,
             queued: None,
             granted: None,
-            to_delete: Vec::new(),
+            to_release: Vec::new(),
             queue: None,
             lease: None,
             last_ack: Instant::now(),
@@ -293,8 +294,19 @@ impl Actor {
                         for ev in resp.events() {
                             self.stale = true;
                             dirty = true;
-                            if let Some(i) = ev.kv().and_then(|kv| self.keys.index_of(kv.key())) {
+                            let Some(kv) = ev.kv() else { continue };
+                            let Some(i) = self.keys.index_of(kv.key()) else { continue };
+                            if ev.event_type() == etcd_client::EventType::Delete {
                                 self.freed.push(i);
+                            } else if let Some(grant) = self.handed(i, kv) {
+                                // a releasing holder handed this node its slot: no read
+                                self.granted = Some(grant);
+                                self.queued = None;
+                                self.queue = None;
+                                self.stale = false;
+                                session.watch = None;
+                                self.publish();
+                                break;
                             }
                         }
                     }
@@ -385,7 +397,7 @@ impl Actor {
     fn lease_lost(&mut self) {
         self.lease = None;
         self.queued = None;
-        self.to_delete.clear();
+        self.to_release.clear();
         if self.granted.take().is_some() {
             self.expired += 1;
         }
@@ -414,7 +426,7 @@ impl Actor {
             Command::Release => {
                 self.want = None;
                 if let Some(g) = self.granted.take() {
-                    self.to_delete.push((self.keys.holder(g.index), g.revision));
+                    self.to_release.push((g.index, g.revision));
                     if let Some(s) = self.snapshot.as_mut() {
                         s.holders.retain(|h| h.index != g.index);
                     }
@@ -461,9 +473,12 @@ impl Actor {
         let Some(lease) = self.lease else {
             return Err(FleetError::Protocol("no lease".to_owned()));
         };
-        while let Some((key, revision)) = self.to_delete.last().cloned() {
-            session.conn.delete_own(&key, revision).await?;
-            self.to_delete.pop();
+        while let Some((index, revision)) = self.to_release.last().copied() {
+            session
+                .conn
+                .release(&self.keys, index, revision, self.s.max_disruptive)
+                .await?;
+            self.to_release.pop();
         }
         if !self.findings_written {
             session
@@ -499,18 +514,49 @@ impl Actor {
                 // nothing to wait for: withdraw a request, watch nothing
                 session.watch = None;
                 self.queue = None;
-                if let Some((me, _)) = self.queued.take() {
-                    let key = self.keys.queued(me.urgency, &self.s.node);
-                    session.conn.delete_own(&key, me.create_revision).await?;
+                if let Some((me, _)) = self.queued {
+                    let handed = session
+                        .conn
+                        .withdraw(&self.keys, &self.s.node, &me, lease)
+                        .await?;
+                    self.queued = None;
+                    if let Some(h) = handed {
+                        // a releasing holder handed this node its slot as it withdrew: give
+                        // it back at once (on to the next in line)
+                        self.to_release.push((h.index, h.mod_revision));
+                        while let Some((index, revision)) = self.to_release.last().copied() {
+                            session
+                                .conn
+                                .release(&self.keys, index, revision, self.s.max_disruptive)
+                                .await?;
+                            self.to_release.pop();
+                        }
+                    }
                 }
                 return Ok(());
             }
         };
         if let Some((me, _)) = self.queued.filter(|(me, _)| me.urgency != want.urgency) {
-            // an emergency now: to the emergency queue
+            // an emergency now: to the emergency queue, unless the planned request was handed
+            // a slot meanwhile (then that slot is this node's)
+            let handed = session
+                .conn
+                .withdraw(&self.keys, &self.s.node, &me, lease)
+                .await?;
             self.queued = None;
-            let key = self.keys.queued(me.urgency, &self.s.node);
-            session.conn.delete_own(&key, me.create_revision).await?;
+            if let Some(h) = handed {
+                self.granted = Some(Grant {
+                    since: h
+                        .value
+                        .as_ref()
+                        .map_or_else(SystemTime::now, |v| v.granted_at),
+                    index: h.index,
+                    revision: h.mod_revision,
+                });
+                session.watch = None;
+                self.queue = None;
+                return Ok(());
+            }
         }
         let queue_value = serde_json::to_vec(&QueueValue {
             node: self.s.node.clone(),
@@ -528,9 +574,15 @@ impl Actor {
             Some((me, action)) => {
                 if action != want.action {
                     let key = self.keys.queued(me.urgency, &self.s.node);
-                    // a put keeps the key's create revision: the place in the queue
-                    session.conn.put(&key, queue_value.clone(), lease).await?;
+                    // a put keeps the key's create revision: the place in the queue; only
+                    // while it is still this request's (a handoff may have deleted it: a put
+                    // would make a second request); the read below tells
+                    session
+                        .conn
+                        .requeue(&key, me.create_revision, queue_value.clone(), lease)
+                        .await?;
                     self.queued = Some((me, want.action));
+                    self.stale = true;
                 }
                 let freed = std::mem::take(&mut self.freed);
                 match self.snapshot.clone() {
@@ -564,7 +616,7 @@ impl Actor {
                         .as_ref()
                         .map_or_else(SystemTime::now, |v| v.granted_at),
                     index: h.index,
-                    revision: h.create_revision,
+                    revision: h.mod_revision,
                 });
                 self.queued = None;
                 break;
@@ -607,6 +659,7 @@ impl Actor {
                                 index,
                                 value: serde_json::from_slice(&value).ok(),
                                 create_revision: revision,
+                                mod_revision: revision,
                                 lease,
                             });
                             snap.holders.sort_by_key(|h| h.index);
@@ -648,6 +701,30 @@ impl Actor {
         }
         self.snapshot = Some(snap);
         Ok(())
+    }
+
+    /// Whether a holder key's put is a slot handed to this waiter: this node's name on this
+    /// node's lease.
+    fn handed(&self, index: usize, kv: &etcd_client::KeyValue) -> Option<Grant> {
+        if self.want.is_none() || self.granted.is_some() || self.queued.is_none() {
+            return None;
+        }
+        let held = Held::parse(
+            &self.keys,
+            super::group::RawKv {
+                key: kv.key(),
+                value: kv.value(),
+                create_revision: kv.create_revision(),
+                mod_revision: kv.mod_revision(),
+                lease: kv.lease(),
+            },
+        )?;
+        let value = held.value.as_ref()?;
+        (Some(held.lease) == self.lease && value.node == self.s.node).then_some(Grant {
+            since: value.granted_at,
+            index,
+            revision: held.mod_revision,
+        })
     }
 
     /// Note a failed connection.
