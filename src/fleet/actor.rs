@@ -11,7 +11,10 @@
 //!   sends costs one read (the next in line tries a freed slot at once); a waiter among the
 //!   first `max` also reads again every [`WAIT_RECHECK`] (a share budget grows with members
 //!   that join, which no watch reports);
-//! - holding: nothing until the release (one guarded delete).
+//! - holding: nothing until the release: one read of the queue's head and one
+//!   transaction that hands the slot to the first waiter there still waiting, or deletes it
+//!   ([`handoff_plan`](super::group::handoff_plan)). The head of the queue learns of a slot
+//!   handed to it from its watch (the holder key's put names it on its lease), without a read.
 //!
 //! One connection at a time. Any failure drops it and the task reconnects with a backoff of
 //! 1 s doubling to 10 s; on reconnect it keeps its old lease when etcd still has it (so a
@@ -113,6 +116,20 @@ struct Grant {
     /// The revision that wrote the holder key: the grant's (a handoff rewrites the key of a
     /// slot, so its create revision may be an earlier grant's).
     revision: i64,
+}
+
+impl Grant {
+    /// The grant a holder key shows: known by the revision that wrote it.
+    fn of(h: &Held) -> Grant {
+        Grant {
+            since: h
+                .value
+                .as_ref()
+                .map_or_else(SystemTime::now, |v| v.granted_at),
+            index: h.index,
+            revision: h.mod_revision,
+        }
+    }
 }
 
 /// One live connection.
@@ -545,14 +562,7 @@ impl Actor {
                 .await?;
             self.queued = None;
             if let Some(h) = handed {
-                self.granted = Some(Grant {
-                    since: h
-                        .value
-                        .as_ref()
-                        .map_or_else(SystemTime::now, |v| v.granted_at),
-                    index: h.index,
-                    revision: h.mod_revision,
-                });
+                self.granted = Some(Grant::of(&h));
                 session.watch = None;
                 self.queue = None;
                 return Ok(());
@@ -609,15 +619,9 @@ impl Actor {
                 break;
             };
             if let Some(h) = snap.held_by(&self.s.node, lease) {
-                // granted, the answer lost on the way (or this read came first)
-                self.granted = Some(Grant {
-                    since: h
-                        .value
-                        .as_ref()
-                        .map_or_else(SystemTime::now, |v| v.granted_at),
-                    index: h.index,
-                    revision: h.mod_revision,
-                });
+                // granted, the answer lost on the way (or this read came first, or a
+                // releasing holder handed it over)
+                self.granted = Some(Grant::of(h));
                 self.queued = None;
                 break;
             }
@@ -720,11 +724,8 @@ impl Actor {
             },
         )?;
         let value = held.value.as_ref()?;
-        (Some(held.lease) == self.lease && value.node == self.s.node).then_some(Grant {
-            since: value.granted_at,
-            index,
-            revision: held.mod_revision,
-        })
+        (held.index == index && Some(held.lease) == self.lease && value.node == self.s.node)
+            .then(|| Grant::of(&held))
     }
 
     /// Note a failed connection.

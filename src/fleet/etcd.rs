@@ -808,9 +808,10 @@ impl Connection {
     }
 
     /// The waiters at the head of the queue (at most `n`, emergencies first) and the live
-    /// members (counted), in one serializable read (the member etcd answers from its own
-    /// state, no round of the leader's: a stale answer only makes the handoff's compares
-    /// fail, and the release fall back to the next waiter read or a plain delete).
+    /// members (counted), in one read. Linearizable: a serializable read saves the leader's
+    /// round but a member that lags by as many handoffs as there are candidates makes every
+    /// offer fail and the release fall back to a plain delete (measured: 2-3 % of releases at
+    /// 50/5/0 instead of none, and the fall-backs set the handoff's p99).
     pub async fn heads(&mut self, keys: &Keys, n: usize) -> Result<(usize, Vec<Head>), FleetError> {
         let t = self.timeout;
         let first = |u: U| {
@@ -820,8 +821,7 @@ impl Connection {
                     GetOptions::new()
                         .with_prefix()
                         .with_sort(SortTarget::Create, SortOrder::Ascend)
-                        .with_limit(i64::try_from(n).unwrap_or(i64::MAX))
-                        .with_serializable(),
+                        .with_limit(i64::try_from(n).unwrap_or(i64::MAX)),
                 ),
             )
         };
@@ -830,12 +830,7 @@ impl Connection {
             first(U::Planned),
             TxnOp::get(
                 keys.members(),
-                Some(
-                    GetOptions::new()
-                        .with_prefix()
-                        .with_count_only()
-                        .with_serializable(),
-                ),
+                Some(GetOptions::new().with_prefix().with_count_only()),
             ),
         ]);
         let resp = bounded(t, "read the queue's head", self.client.txn(txn)).await?;
