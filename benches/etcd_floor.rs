@@ -18,12 +18,15 @@
 
 #[path = "../tests/support/etcd.rs"]
 mod etcd;
+mod support {
+    pub mod client;
+}
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use etcd::EtcdCluster;
-use etcd_client::{Client, Compare, CompareOp, ConnectOptions, Txn, TxnOp, WatchOptions};
+use etcd_client::{Compare, CompareOp, Txn, TxnOp, WatchOptions};
+use support::client::client;
 
 const SEQ: usize = 500;
 const CONC_SECS: u64 = 5;
@@ -36,19 +39,6 @@ fn quantile(v: &mut [f64], q: f64) -> f64 {
     }
     let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len());
     v[rank - 1]
-}
-
-async fn client(etcd: &EtcdCluster) -> Client {
-    let read = |p: PathBuf| std::fs::read(&p).unwrap_or_else(|e| panic!("{p:?}: {e}"));
-    let tls = etcd_client::TlsOptions::new()
-        .ca_certificate(etcd_client::Certificate::from_pem(read(etcd.ca())))
-        .identity(etcd_client::Identity::from_pem(
-            read(etcd.client_cert()),
-            read(etcd.client_key()),
-        ));
-    Client::connect(etcd.endpoints(), Some(ConnectOptions::new().with_tls(tls)))
-        .await
-        .unwrap_or_else(|e| panic!("connect: {e}"))
 }
 
 /// A guarded write like the protocol's: compare a key's create revision, put.

@@ -40,6 +40,9 @@
 
 #[path = "../tests/support/etcd.rs"]
 mod etcd;
+mod support {
+    pub mod client;
+}
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
@@ -136,17 +139,7 @@ struct Observer {
 
 impl Observer {
     async fn start(etcd: &EtcdCluster, prefix: String) -> Observer {
-        let read = |p: PathBuf| std::fs::read(&p).unwrap_or_else(|e| panic!("{p:?}: {e}"));
-        let tls = etcd_client::TlsOptions::new()
-            .ca_certificate(etcd_client::Certificate::from_pem(read(etcd.ca())))
-            .identity(etcd_client::Identity::from_pem(
-                read(etcd.client_cert()),
-                read(etcd.client_key()),
-            ));
-        let opts = etcd_client::ConnectOptions::new().with_tls(tls);
-        let mut client = etcd_client::Client::connect(etcd.endpoints(), Some(opts))
-            .await
-            .unwrap_or_else(|e| panic!("observer connect: {e}"));
+        let mut client = support::client::client(etcd).await;
         let mut stream = client
             .watch(prefix, Some(etcd_client::WatchOptions::new().with_prefix()))
             .await

@@ -17,6 +17,13 @@
 //! holders, whatever the waiters believed; a shrunk budget (a share of fewer members) blocks
 //! every grant until the holders above it are gone. Nothing is rewritten by every grant, so
 //! grants of different slots never fail each other's transactions.
+//!
+//! A release hands its slot straight to the first waiter at the head of the queue still
+//! waiting, in one transaction ([`handoff_plan`]): it rewrites `holders/<index>` with that
+//! waiter's request on that waiter's lease and deletes its queue key. A holder key's create
+//! revision may so be an earlier grant's: a grant is known by the revision that wrote the key
+//! (with its lease and node). The transactions are data ([`TxnPlan`]), so the tests run them
+//! on a fake store.
 
 use std::time::SystemTime;
 
@@ -953,12 +960,18 @@ mod tests {
         Keys::new("/pg/default")
     }
 
-    #[test]
-    fn a_release_hands_its_slot_to_the_head_in_one_revision() {
+    /// A store where node `a` (lease 1) holds slot 0 of `max`: the grant's revision.
+    fn a_holds_slot_0_of(max: usize) -> (Keys, Fake, i64) {
         let k = keys();
         let mut f = Fake::default();
         f.join(&k, "a", Urgency::Planned, 1);
-        let a = f.grant(&k, "a", 1, 0, 1).unwrap_or(0);
+        let a = f.grant(&k, "a", 1, 0, max).unwrap_or(0);
+        (k, f, a)
+    }
+
+    #[test]
+    fn a_release_hands_its_slot_to_the_head_in_one_revision() {
+        let (k, mut f, a) = a_holds_slot_0_of(1);
         f.join(&k, "w1", Urgency::Planned, 11);
         f.join(&k, "w2", Urgency::Planned, 12);
         let heads = f.heads(&k, HANDOFF_CANDIDATES);
@@ -989,10 +1002,7 @@ mod tests {
     #[test]
     fn a_handoff_and_the_waiters_own_grant_never_both_commit() {
         for handoff_first in [true, false] {
-            let k = keys();
-            let mut f = Fake::default();
-            f.join(&k, "a", Urgency::Planned, 1);
-            let a = f.grant(&k, "a", 1, 0, 2).unwrap_or(0);
+            let (k, mut f, a) = a_holds_slot_0_of(2);
             f.join(&k, "w1", Urgency::Planned, 11);
             // a reads w1 as the head; w1 read slot 1 free
             let heads = f.heads(&k, HANDOFF_CANDIDATES);
@@ -1054,10 +1064,7 @@ mod tests {
     #[test]
     fn a_handoff_to_a_waiter_that_died_or_withdrew_is_a_plain_release() {
         for withdrew in [false, true] {
-            let k = keys();
-            let mut f = Fake::default();
-            f.join(&k, "a", Urgency::Planned, 1);
-            let a = f.grant(&k, "a", 1, 0, 1).unwrap_or(0);
+            let (k, mut f, a) = a_holds_slot_0_of(1);
             let w1 = f.join(&k, "w1", Urgency::Planned, 11);
             let heads = f.heads(&k, HANDOFF_CANDIDATES);
             if withdrew {
@@ -1076,10 +1083,7 @@ mod tests {
 
     #[test]
     fn a_withdrawal_that_races_a_handoff_finds_the_slot_on_its_lease() {
-        let k = keys();
-        let mut f = Fake::default();
-        f.join(&k, "a", Urgency::Planned, 1);
-        let a = f.grant(&k, "a", 1, 0, 1).unwrap_or(0);
+        let (k, mut f, a) = a_holds_slot_0_of(1);
         let w1 = f.join(&k, "w1", Urgency::Planned, 11);
         let heads = f.heads(&k, HANDOFF_CANDIDATES);
         let Some(plan) = handoff_plan(&k, 0, a, 1, &heads, SystemTime::UNIX_EPOCH) else {
@@ -1119,10 +1123,7 @@ mod tests {
 
     #[test]
     fn emergencies_come_first_and_one_that_joined_after_the_read_is_not_overtaken() {
-        let k = keys();
-        let mut f = Fake::default();
-        f.join(&k, "a", Urgency::Planned, 1);
-        let a = f.grant(&k, "a", 1, 0, 1).unwrap_or(0);
+        let (k, mut f, a) = a_holds_slot_0_of(1);
         f.join(&k, "p1", Urgency::Planned, 11);
         let heads = f.heads(&k, HANDOFF_CANDIDATES);
         f.join(&k, "e1", Urgency::Emergency, 12);
@@ -1152,10 +1153,7 @@ mod tests {
 
     #[test]
     fn a_shrunk_budget_gets_no_handoff() {
-        let k = keys();
-        let mut f = Fake::default();
-        f.join(&k, "a", Urgency::Planned, 1);
-        let a = f.grant(&k, "a", 1, 0, 2).unwrap_or(0);
+        let (k, mut f, a) = a_holds_slot_0_of(2);
         f.join(&k, "b", Urgency::Planned, 2);
         let b = f.grant(&k, "b", 2, 1, 2).unwrap_or(0);
         f.join(&k, "w1", Urgency::Planned, 11);
