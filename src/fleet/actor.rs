@@ -308,6 +308,15 @@ impl Actor {
                         dirty = true;
                     }
                     Ok(Some(resp)) => {
+                        // a watch starts from now: anything between the read its plan came
+                        // from and the watch's start is read again
+                        let created_at = resp.header().map_or(0, |h| h.revision());
+                        if resp.created()
+                            && self.snapshot.as_ref().is_some_and(|s| created_at > s.revision)
+                        {
+                            self.stale = true;
+                            dirty = true;
+                        }
                         for ev in resp.events() {
                             self.stale = true;
                             dirty = true;
@@ -691,7 +700,7 @@ impl Actor {
                         session.watch = None;
                         session.watch = session
                             .conn
-                            .watch(&self.keys, &watch, snap.revision + 1)
+                            .watch(&self.keys, &watch)
                             .await?
                             .map(|w| (watch, w));
                     }

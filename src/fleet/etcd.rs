@@ -967,28 +967,25 @@ impl Connection {
         Ok((revision, members))
     }
 
-    /// Watch what `plan` names from `from_revision`: deletes only (a release, a waiter ahead
-    /// served or gone), nothing else of the group.
+    /// Watch what `plan` names from now on (deletes only, but the holder keys' puts for the
+    /// head of the queue), nothing else of the group. From now, not from the read's revision:
+    /// etcd 3.4 serves a watch whose start revision has passed from its unsynced group, which
+    /// it catches up every 100 ms, so every event of such a watch came up to 100 ms late (the
+    /// p99 of the handoffs measured). A watch from now is in sync at once; the caller reads
+    /// again when the created answer's revision is past its read (nothing is missed between).
     pub async fn watch(
         &mut self,
         keys: &Keys,
         plan: &WatchPlan,
-        from_revision: i64,
     ) -> Result<Option<WatchStream>, FleetError> {
         let t = self.timeout;
-        let deletes = || {
-            WatchOptions::new()
-                .with_start_revision(from_revision)
-                .with_filters([WatchFilterType::NoPut])
-        };
+        let deletes = || WatchOptions::new().with_filters([WatchFilterType::NoPut]);
         let mut targets: Vec<(Vec<u8>, WatchOptions)> = Vec::new();
         if plan.handoffs {
             // a slot handed over is a put: every change of the holder keys
             targets.push((
                 keys.holders().into_bytes(),
-                WatchOptions::new()
-                    .with_start_revision(from_revision)
-                    .with_prefix(),
+                WatchOptions::new().with_prefix(),
             ));
         } else if plan.releases {
             targets.push((keys.holders().into_bytes(), deletes().with_prefix()));
