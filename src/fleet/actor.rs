@@ -494,11 +494,9 @@ impl Actor {
         Ok(snap)
     }
 
-    /// Bring etcd in line with what the handle asked: release, withdraw, report, ask, take.
-    async fn step(&mut self, session: &mut Session) -> Result<(), FleetError> {
-        let Some(lease) = self.lease else {
-            return Err(FleetError::Protocol("no lease".to_owned()));
-        };
+    /// Give back every slot to release (each handed on to the head of the queue, or freed);
+    /// one whose release failed stays, to be sent again after reconnecting.
+    async fn release_all(&mut self, session: &mut Session) -> Result<(), FleetError> {
         while let Some((index, revision)) = self.to_release.last().copied() {
             session
                 .conn
@@ -506,6 +504,15 @@ impl Actor {
                 .await?;
             self.to_release.pop();
         }
+        Ok(())
+    }
+
+    /// Bring etcd in line with what the handle asked: release, withdraw, report, ask, take.
+    async fn step(&mut self, session: &mut Session) -> Result<(), FleetError> {
+        let Some(lease) = self.lease else {
+            return Err(FleetError::Protocol("no lease".to_owned()));
+        };
+        self.release_all(session).await?;
         if !self.findings_written {
             session
                 .conn
@@ -550,13 +557,7 @@ impl Actor {
                         // a releasing holder handed this node its slot as it withdrew: give
                         // it back at once (on to the next in line)
                         self.to_release.push((h.index, h.mod_revision));
-                        while let Some((index, revision)) = self.to_release.last().copied() {
-                            session
-                                .conn
-                                .release(&self.keys, index, revision, self.s.max_disruptive)
-                                .await?;
-                            self.to_release.pop();
-                        }
+                        self.release_all(session).await?;
                     }
                 }
                 return Ok(());
