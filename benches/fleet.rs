@@ -20,7 +20,11 @@
 //!
 //! - handoff: a slot's release committed → the next grant committed, both seen by one observer
 //!   watching `holders/` (its own watch latency cancels out): each grant made while releases
-//!   wait for a taker is paired with the oldest such release;
+//!   wait for a taker is paired with the oldest such release; a release that handed its slot
+//!   straight to the next waiter (a put over a held holder key: release and grant in one
+//!   revision) is a handoff of 0 ms. The check line says how many were direct, and how long
+//!   a member took to learn of its grant (`grant_noticed`: the observer saw the grant → the
+//!   member's state says Granted);
 //! - every count is etcd's own, from the members' `/metrics`: writes are raft proposals
 //!   committed (`etcd_server_proposals_committed_total`, member 0); failed transactions are the
 //!   proposals that did not make a revision (a failed compare); watch messages are
@@ -36,6 +40,9 @@
 
 #[path = "../tests/support/etcd.rs"]
 mod etcd;
+mod support {
+    pub mod client;
+}
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
@@ -121,25 +128,18 @@ fn counters(etcd: &EtcdCluster) -> Counters {
 
 /// Watches `holders/` with its own client: when each grant (put) and release (delete) became
 /// visible, and how many watch messages it got.
+/// One event the observer saw: when, put (else delete), the key, the event's revision.
+type Seen = (Instant, bool, Vec<u8>, i64);
+
 struct Observer {
-    events: Arc<Mutex<Vec<(Instant, bool)>>>,
+    events: Arc<Mutex<Vec<Seen>>>,
     messages: Arc<Mutex<u64>>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl Observer {
     async fn start(etcd: &EtcdCluster, prefix: String) -> Observer {
-        let read = |p: PathBuf| std::fs::read(&p).unwrap_or_else(|e| panic!("{p:?}: {e}"));
-        let tls = etcd_client::TlsOptions::new()
-            .ca_certificate(etcd_client::Certificate::from_pem(read(etcd.ca())))
-            .identity(etcd_client::Identity::from_pem(
-                read(etcd.client_cert()),
-                read(etcd.client_key()),
-            ));
-        let opts = etcd_client::ConnectOptions::new().with_tls(tls);
-        let mut client = etcd_client::Client::connect(etcd.endpoints(), Some(opts))
-            .await
-            .unwrap_or_else(|e| panic!("observer connect: {e}"));
+        let mut client = support::client::client(etcd).await;
         let mut stream = client
             .watch(prefix, Some(etcd_client::WatchOptions::new().with_prefix()))
             .await
@@ -154,7 +154,10 @@ impl Observer {
                 *m2.lock().unwrap_or_else(|p| p.into_inner()) += 1;
                 let mut ev = e2.lock().unwrap_or_else(|p| p.into_inner());
                 for e in resp.events() {
-                    ev.push((now, e.event_type() == etcd_client::EventType::Put));
+                    let (key, rev) = e
+                        .kv()
+                        .map_or((Vec::new(), 0), |kv| (kv.key().to_vec(), kv.mod_revision()));
+                    ev.push((now, e.event_type() == etcd_client::EventType::Put, key, rev));
                 }
             }
         });
@@ -170,22 +173,37 @@ impl Observer {
     }
 
     /// Handoff times (ms): each grant made while a release waited for a taker, from the
-    /// oldest such release.
-    fn handoffs(&self) -> Vec<f64> {
+    /// oldest such release; a put over a holder key that is held (a release that handed its
+    /// slot over in the same revision) is a handoff of 0. Also how many were direct.
+    fn handoffs(&self) -> (Vec<f64>, usize) {
         let ev = self.events.lock().unwrap_or_else(|p| p.into_inner());
         let mut pending: VecDeque<Instant> = VecDeque::new();
+        let mut held: std::collections::BTreeSet<Vec<u8>> = Default::default();
         let mut out = Vec::new();
-        for (at, put) in ev.iter() {
+        let mut direct = 0;
+        for (at, put, key, _) in ev.iter() {
             if *put {
-                if let Some(r) = pending.pop_front() {
+                if !held.insert(key.clone()) {
+                    out.push(0.0);
+                    direct += 1;
+                } else if let Some(r) = pending.pop_front() {
                     out.push(at.duration_since(r).as_secs_f64() * 1000.0);
                 }
             } else {
+                held.remove(key);
                 pending.push_back(*at);
             }
         }
         out.sort_by(f64::total_cmp);
-        out
+        (out, direct)
+    }
+
+    /// When the observer saw the grant of `revision`.
+    fn seen(&self, revision: i64) -> Option<Instant> {
+        let ev = self.events.lock().unwrap_or_else(|p| p.into_inner());
+        ev.iter()
+            .find(|(_, put, _, rev)| *put && *rev == revision)
+            .map(|(at, ..)| *at)
     }
 }
 
@@ -339,12 +357,21 @@ fn run_load(
         let askers: Vec<Fleet> = fleets.drain(..load.askers).collect();
         let hold = Duration::from_millis(load.hold_ms);
         let mut tasks = Vec::new();
+        // when each member saw its grant: (the grant's revision, when)
+        let noticed: Arc<Mutex<Vec<(i64, Instant)>>> = Arc::default();
         for mut fleet in askers {
+            let noticed = noticed.clone();
             tasks.push(tokio::spawn(async move {
                 for _ in 0..rounds {
                     fleet.request(ActionKind::RestartKubelet, Urgency::Planned);
                     if !fleet.wait_granted(Duration::from_secs(600)).await {
                         panic!("not granted in 600 s: {:?}", fleet.state());
+                    }
+                    if let SlotState::Granted { revision, .. } = fleet.state() {
+                        noticed
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .push((revision, Instant::now()));
                     }
                     if !hold.is_zero() {
                         tokio::time::sleep(hold).await;
@@ -368,7 +395,18 @@ fn run_load(
         tokio::time::sleep(Duration::from_millis(500)).await;
         let after = counters(etcd);
         let observed = (observer.messages() - observed_before) as f64;
-        let handoffs = observer.handoffs();
+        let (handoffs, direct) = observer.handoffs();
+        // a grant committed (as the observer saw it) -> its member knows
+        let mut notice: Vec<f64> = noticed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter_map(|(rev, at)| {
+                let seen = observer.seen(*rev)?;
+                Some(at.saturating_duration_since(seen).as_secs_f64() * 1000.0)
+            })
+            .collect();
+        notice.sort_by(f64::total_cmp);
         observer.task.abort();
         for f in fleets {
             f.shutdown().await;
@@ -392,8 +430,10 @@ fn run_load(
         );
         println!("{line}");
         println!(
-            "fleet-bench-check members={} max={} askers={} rounds={rounds} grants_in_history={granted} max_holders_in_history={most} fifo_most_overtaken={overtaken} lease_ttl_s={ttl}",
-            load.members, load.max, load.askers
+            "fleet-bench-check members={} max={} askers={} rounds={rounds} grants_in_history={granted} max_holders_in_history={most} fifo_most_overtaken={overtaken} lease_ttl_s={ttl} handoffs={} direct_handoffs={direct} grant_noticed_p50_ms={:.1} grant_noticed_p99_ms={:.1}",
+            load.members, load.max, load.askers, handoffs.len(),
+            quantile(&notice, 0.5),
+            quantile(&notice, 0.99),
         );
         assert!(most <= load.max, "{most} holders at once in etcd's history, max {}", load.max);
         json!({
@@ -403,6 +443,9 @@ fn run_load(
             "handoff_p50_ms": quantile(&handoffs, 0.5),
             "handoff_p99_ms": quantile(&handoffs, 0.99),
             "handoffs": handoffs.len(),
+            "direct_handoffs": direct,
+            "grant_noticed_p50_ms": quantile(&notice, 0.5),
+            "grant_noticed_p99_ms": quantile(&notice, 0.99),
             "writes_per_grant": proposals / grants,
             "failed_txn_per_grant": (proposals - revisions).max(0.0) / grants,
             "watch_msgs_per_grant": (after.watch_sent - before.watch_sent - observed).max(0.0) / grants,

@@ -282,8 +282,11 @@ struct Replay {
     holders: Vec<(i64, Vec<String>)>,
     /// For each node, the revisions at which it became a holder.
     grants: BTreeMap<String, Vec<i64>>,
-    /// For each node, the revisions at which its holder key went away (release or expiry).
+    /// For each node, the revisions at which its holder key went away (release or expiry)
+    /// or was handed to the next waiter.
     ends: BTreeMap<String, Vec<i64>>,
+    /// Releases that handed their slot straight over (a put over a held holder key).
+    handoffs: usize,
 }
 
 impl Replay {
@@ -296,6 +299,7 @@ impl Replay {
             holders: Vec::new(),
             grants: BTreeMap::new(),
             ends: BTreeMap::new(),
+            handoffs: 0,
         };
         let mut i = 0;
         while i < events.len() {
@@ -312,7 +316,11 @@ impl Replay {
                         .and_then(|v| v["node"].as_str().map(str::to_string))
                         .unwrap_or_else(|| format!("? {}", e.key));
                     r.grants.entry(node.clone()).or_default().push(rev);
-                    slots.insert(e.key.clone(), node);
+                    // a put over a held slot: a release that handed it over (issue 28)
+                    if let Some(before) = slots.insert(e.key.clone(), node) {
+                        r.ends.entry(before).or_default().push(rev);
+                        r.handoffs += 1;
+                    }
                 }
                 i += 1;
             }
@@ -1038,4 +1046,126 @@ fn an_idle_member_makes_no_request_but_its_keep_alives() {
         grew.keys().all(|m| m.as_str() == "LeaseKeepAlive"),
         "an idle member asked etcd for more than keep-alives: {grew:?}"
     );
+}
+
+/// Issue 28's direct handoff: a release hands its slot to the waiter at the head of the queue
+/// in the same revision (a put over the held key, no delete between), and the waiter learns
+/// of it; a handoff to a waiter that withdrew or whose lease ended after the release read it
+/// falls back to a plain release (no key on the dead lease, nothing held); etcd's history
+/// never shows more than `max` holders.
+#[test]
+fn a_release_hands_its_slot_over_or_falls_back_to_a_plain_release() {
+    use pleg_guard::fleet::etcd::{Connection, Released, TlsMaterial};
+    use pleg_guard::fleet::group::{Keys, QueueValue};
+
+    let Some(etcd) = require_etcd(3) else {
+        return;
+    };
+    let rt = runtime();
+    rt.block_on(async {
+        let group = "handoff";
+        let mut a = Fleet::start(settings(&etcd, group, "a", "1")).expect("fleet a");
+        let mut b = Fleet::start(settings(&etcd, group, "b", "1")).expect("fleet b");
+        members_in_etcd(&etcd, group, 2, secs(20)).await;
+        let granted = |s: &SlotState| matches!(s, SlotState::Granted { .. });
+        a.request(ActionKind::RestartKubelet, Urgency::Planned);
+        wait_state(&mut a, "a granted", secs(20), granted)
+            .await
+            .unwrap();
+        b.request(ActionKind::RestartKubelet, Urgency::Planned);
+        wait_state(&mut b, "b waiting", secs(20), |s| {
+            matches!(s, SlotState::Waiting { .. })
+        })
+        .await
+        .unwrap();
+        a.release();
+        wait_state(&mut b, "b handed the slot", secs(20), granted)
+            .await
+            .unwrap();
+        let replay = Replay::of(&etcd, group);
+        assert_eq!(replay.handoffs, 1, "{:?}", replay.holders);
+        assert_eq!(replay.max_holders().0, 1, "{:?}", replay.holders);
+        // b's release (nobody waits) is a plain one, recognised by the handoff's revision
+        b.release();
+        wait_state(&mut b, "b idle", secs(20), |s| matches!(s, SlotState::Idle))
+            .await
+            .unwrap();
+        // the state says Idle at once; the release reaches etcd just after
+        let deadline = Instant::now() + secs(10);
+        loop {
+            let holders = etcd
+                .get_prefix(&format!("{PREFIX}/{group}/holders/"))
+                .unwrap();
+            if holders.is_empty() {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{holders:?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        a.shutdown().await;
+        b.shutdown().await;
+
+        // a waiter that withdrew, or whose lease was revoked, after the release read it
+        for (n, revoke) in [(0, false), (1, true)] {
+            let group = format!("handoff-fallback-{n}");
+            let s = settings(&etcd, &group, "x", "1");
+            let tls = TlsMaterial::load(s.tls.as_ref()).unwrap();
+            let mut conn = Connection::open(&s, &tls).await.unwrap();
+            let keys = Keys::new(&s.group_prefix());
+            let value = |node: &str| {
+                serde_json::to_vec(&QueueValue {
+                    node: node.to_owned(),
+                    action: "restart-kubelet".to_owned(),
+                    urgency: Urgency::Planned,
+                    since: std::time::SystemTime::now(),
+                })
+                .unwrap()
+            };
+            let (x_lease, _x_alive) = conn.new_lease(secs(30)).await.unwrap();
+            let (me, snap) = conn
+                .join(&keys, "x", Urgency::Planned, value("x"), x_lease, 1)
+                .await
+                .unwrap();
+            let holder = br#"{"node":"x","action":"restart-kubelet","urgency":"planned","since":"2026-12-05T00:00:00Z","granted_at":"2026-12-05T00:00:00Z"}"#;
+            let x_grant = conn
+                .grant(
+                    &keys,
+                    "x",
+                    &me,
+                    0,
+                    1,
+                    holder.to_vec(),
+                    x_lease,
+                    snap.revision,
+                    1,
+                )
+                .await
+                .unwrap()
+                .expect("x granted");
+            let (g_lease, _g_alive) = conn.new_lease(secs(30)).await.unwrap();
+            let (g_me, _) = conn
+                .join(&keys, "g", Urgency::Planned, value("g"), g_lease, 1)
+                .await
+                .unwrap();
+            let (_, heads) = conn.heads(&keys, 5).await.unwrap();
+            assert_eq!(heads.len(), 1, "{heads:?}");
+            if revoke {
+                conn.revoke(g_lease).await.unwrap();
+            } else {
+                let key = keys.queued(Urgency::Planned, "g");
+                conn.delete_own(&key, g_me.create_revision).await.unwrap();
+            }
+            let released = conn.release_to(&keys, 0, x_grant, 1, &heads).await.unwrap();
+            assert_eq!(released, Released::Freed, "revoked: {revoke}");
+            let left = etcd
+                .get_prefix(&format!("{PREFIX}/{group}/holders/"))
+                .unwrap();
+            assert!(left.is_empty(), "revoked {revoke}: {left:?}");
+            let replay = Replay::of(&etcd, &group);
+            assert!(replay.grants_of("g").is_empty(), "{:?}", replay.holders);
+            assert_eq!(replay.max_holders().0, 1, "{:?}", replay.holders);
+            assert_eq!(replay.handoffs, 0, "{:?}", replay.holders);
+            conn.revoke(x_lease).await.unwrap();
+        }
+    });
 }

@@ -11,7 +11,10 @@
 //!   sends costs one read (the next in line tries a freed slot at once); a waiter among the
 //!   first `max` also reads again every [`WAIT_RECHECK`] (a share budget grows with members
 //!   that join, which no watch reports);
-//! - holding: nothing until the release (one guarded delete).
+//! - holding: nothing until the release: one read of the queue's head and one
+//!   transaction that hands the slot to the first waiter there still waiting, or deletes it
+//!   ([`handoff_plan`](super::group::handoff_plan)). The head of the queue learns of a slot
+//!   handed to it from its watch (the holder key's put names it on its lease), without a read.
 //!
 //! One connection at a time. Any failure drops it and the task reconnects with a backoff of
 //! 1 s doubling to 10 s; on reconnect it keeps its old lease when etcd still has it (so a
@@ -110,8 +113,23 @@ struct Want {
 struct Grant {
     since: SystemTime,
     index: usize,
-    /// The holder key's create revision: the grant's revision.
+    /// The revision that wrote the holder key: the grant's (a handoff rewrites the key of a
+    /// slot, so its create revision may be an earlier grant's).
     revision: i64,
+}
+
+impl Grant {
+    /// The grant a holder key shows: known by the revision that wrote it.
+    fn of(h: &Held) -> Grant {
+        Grant {
+            since: h
+                .value
+                .as_ref()
+                .map_or_else(SystemTime::now, |v| v.granted_at),
+            index: h.index,
+            revision: h.mod_revision,
+        }
+    }
 }
 
 /// One live connection.
@@ -132,8 +150,8 @@ pub(crate) struct Actor {
     /// This node's queue key, and the action its value names.
     queued: Option<(Me, ActionKind)>,
     granted: Option<Grant>,
-    /// Own keys to delete (a released slot, a withdrawn request), with their create revision.
-    to_delete: Vec<(String, i64)>,
+    /// Slots to give back (index, the grant's revision).
+    to_release: Vec<(usize, i64)>,
     queue: Option<(usize, usize, usize)>,
     lease: Option<i64>,
     last_ack: Instant,
@@ -175,7 +193,7 @@ impl Actor {
             want: None,
             queued: None,
             granted: None,
-            to_delete: Vec::new(),
+            to_release: Vec::new(),
             queue: None,
             lease: None,
             last_ack: Instant::now(),
@@ -290,11 +308,31 @@ impl Actor {
                         dirty = true;
                     }
                     Ok(Some(resp)) => {
+                        // a watch starts from now: anything between the read its plan came
+                        // from and the watch's start is read again
+                        let created_at = resp.header().map_or(0, |h| h.revision());
+                        if resp.created()
+                            && self.snapshot.as_ref().is_some_and(|s| created_at > s.revision)
+                        {
+                            self.stale = true;
+                            dirty = true;
+                        }
                         for ev in resp.events() {
                             self.stale = true;
                             dirty = true;
-                            if let Some(i) = ev.kv().and_then(|kv| self.keys.index_of(kv.key())) {
+                            let Some(kv) = ev.kv() else { continue };
+                            let Some(i) = self.keys.index_of(kv.key()) else { continue };
+                            if ev.event_type() == etcd_client::EventType::Delete {
                                 self.freed.push(i);
+                            } else if let Some(grant) = self.handed(i, kv) {
+                                // a releasing holder handed this node its slot: no read
+                                self.granted = Some(grant);
+                                self.queued = None;
+                                self.queue = None;
+                                self.stale = false;
+                                session.watch = None;
+                                self.publish();
+                                break;
                             }
                         }
                     }
@@ -385,7 +423,7 @@ impl Actor {
     fn lease_lost(&mut self) {
         self.lease = None;
         self.queued = None;
-        self.to_delete.clear();
+        self.to_release.clear();
         if self.granted.take().is_some() {
             self.expired += 1;
         }
@@ -414,7 +452,7 @@ impl Actor {
             Command::Release => {
                 self.want = None;
                 if let Some(g) = self.granted.take() {
-                    self.to_delete.push((self.keys.holder(g.index), g.revision));
+                    self.to_release.push((g.index, g.revision));
                     if let Some(s) = self.snapshot.as_mut() {
                         s.holders.retain(|h| h.index != g.index);
                     }
@@ -456,15 +494,25 @@ impl Actor {
         Ok(snap)
     }
 
+    /// Give back every slot to release (each handed on to the head of the queue, or freed);
+    /// one whose release failed stays, to be sent again after reconnecting.
+    async fn release_all(&mut self, session: &mut Session) -> Result<(), FleetError> {
+        while let Some((index, revision)) = self.to_release.last().copied() {
+            session
+                .conn
+                .release(&self.keys, index, revision, self.s.max_disruptive)
+                .await?;
+            self.to_release.pop();
+        }
+        Ok(())
+    }
+
     /// Bring etcd in line with what the handle asked: release, withdraw, report, ask, take.
     async fn step(&mut self, session: &mut Session) -> Result<(), FleetError> {
         let Some(lease) = self.lease else {
             return Err(FleetError::Protocol("no lease".to_owned()));
         };
-        while let Some((key, revision)) = self.to_delete.last().cloned() {
-            session.conn.delete_own(&key, revision).await?;
-            self.to_delete.pop();
-        }
+        self.release_all(session).await?;
         if !self.findings_written {
             session
                 .conn
@@ -499,18 +547,36 @@ impl Actor {
                 // nothing to wait for: withdraw a request, watch nothing
                 session.watch = None;
                 self.queue = None;
-                if let Some((me, _)) = self.queued.take() {
-                    let key = self.keys.queued(me.urgency, &self.s.node);
-                    session.conn.delete_own(&key, me.create_revision).await?;
+                if let Some((me, _)) = self.queued {
+                    let handed = session
+                        .conn
+                        .withdraw(&self.keys, &self.s.node, &me, lease)
+                        .await?;
+                    self.queued = None;
+                    if let Some(h) = handed {
+                        // a releasing holder handed this node its slot as it withdrew: give
+                        // it back at once (on to the next in line)
+                        self.to_release.push((h.index, h.mod_revision));
+                        self.release_all(session).await?;
+                    }
                 }
                 return Ok(());
             }
         };
         if let Some((me, _)) = self.queued.filter(|(me, _)| me.urgency != want.urgency) {
-            // an emergency now: to the emergency queue
+            // an emergency now: to the emergency queue, unless the planned request was handed
+            // a slot meanwhile (then that slot is this node's)
+            let handed = session
+                .conn
+                .withdraw(&self.keys, &self.s.node, &me, lease)
+                .await?;
             self.queued = None;
-            let key = self.keys.queued(me.urgency, &self.s.node);
-            session.conn.delete_own(&key, me.create_revision).await?;
+            if let Some(h) = handed {
+                self.granted = Some(Grant::of(&h));
+                session.watch = None;
+                self.queue = None;
+                return Ok(());
+            }
         }
         let queue_value = serde_json::to_vec(&QueueValue {
             node: self.s.node.clone(),
@@ -528,9 +594,15 @@ impl Actor {
             Some((me, action)) => {
                 if action != want.action {
                     let key = self.keys.queued(me.urgency, &self.s.node);
-                    // a put keeps the key's create revision: the place in the queue
-                    session.conn.put(&key, queue_value.clone(), lease).await?;
+                    // a put keeps the key's create revision: the place in the queue; only
+                    // while it is still this request's (a handoff may have deleted it: a put
+                    // would make a second request); the read below tells
+                    session
+                        .conn
+                        .requeue(&key, me.create_revision, queue_value.clone(), lease)
+                        .await?;
                     self.queued = Some((me, want.action));
+                    self.stale = true;
                 }
                 let freed = std::mem::take(&mut self.freed);
                 match self.snapshot.clone() {
@@ -557,15 +629,9 @@ impl Actor {
                 break;
             };
             if let Some(h) = snap.held_by(&self.s.node, lease) {
-                // granted, the answer lost on the way (or this read came first)
-                self.granted = Some(Grant {
-                    since: h
-                        .value
-                        .as_ref()
-                        .map_or_else(SystemTime::now, |v| v.granted_at),
-                    index: h.index,
-                    revision: h.create_revision,
-                });
+                // granted, the answer lost on the way (or this read came first, or a
+                // releasing holder handed it over)
+                self.granted = Some(Grant::of(h));
                 self.queued = None;
                 break;
             }
@@ -607,6 +673,7 @@ impl Actor {
                                 index,
                                 value: serde_json::from_slice(&value).ok(),
                                 create_revision: revision,
+                                mod_revision: revision,
                                 lease,
                             });
                             snap.holders.sort_by_key(|h| h.index);
@@ -634,7 +701,7 @@ impl Actor {
                         session.watch = None;
                         session.watch = session
                             .conn
-                            .watch(&self.keys, &watch, snap.revision + 1)
+                            .watch(&self.keys, &watch)
                             .await?
                             .map(|w| (watch, w));
                     }
@@ -648,6 +715,27 @@ impl Actor {
         }
         self.snapshot = Some(snap);
         Ok(())
+    }
+
+    /// Whether a holder key's put is a slot handed to this waiter: this node's name on this
+    /// node's lease.
+    fn handed(&self, index: usize, kv: &etcd_client::KeyValue) -> Option<Grant> {
+        if self.want.is_none() || self.granted.is_some() || self.queued.is_none() {
+            return None;
+        }
+        let held = Held::parse(
+            &self.keys,
+            super::group::RawKv {
+                key: kv.key(),
+                value: kv.value(),
+                create_revision: kv.create_revision(),
+                mod_revision: kv.mod_revision(),
+                lease: kv.lease(),
+            },
+        )?;
+        let value = held.value.as_ref()?;
+        (held.index == index && Some(held.lease) == self.lease && value.node == self.s.node)
+            .then(|| Grant::of(&held))
     }
 
     /// Note a failed connection.

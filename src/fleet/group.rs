@@ -17,6 +17,13 @@
 //! holders, whatever the waiters believed; a shrunk budget (a share of fewer members) blocks
 //! every grant until the holders above it are gone. Nothing is rewritten by every grant, so
 //! grants of different slots never fail each other's transactions.
+//!
+//! A release hands its slot straight to the first waiter at the head of the queue still
+//! waiting, in one transaction ([`handoff_plan`]): it rewrites `holders/<index>` with that
+//! waiter's request on that waiter's lease and deletes its queue key. A holder key's create
+//! revision may so be an earlier grant's: a grant is known by the revision that wrote the key
+//! (with its lease and node). The transactions are data ([`TxnPlan`]), so the tests run them
+//! on a fake store.
 
 use std::time::SystemTime;
 
@@ -187,6 +194,8 @@ pub struct RawKv<'a> {
     pub value: &'a [u8],
     /// The revision that created the key.
     pub create_revision: i64,
+    /// The revision that last wrote it.
+    pub mod_revision: i64,
     /// Its lease (0: none).
     pub lease: i64,
 }
@@ -198,8 +207,11 @@ pub struct Held {
     pub index: usize,
     /// The value, or None when it cannot be read (still a held slot).
     pub value: Option<HolderValue>,
-    /// The key's create revision: the grant's revision.
+    /// The key's create revision.
     pub create_revision: i64,
+    /// The revision that wrote it: the grant's revision (a handoff overwrites a holder key,
+    /// keeping its create revision, so only this tells one grant of a slot from the next).
+    pub mod_revision: i64,
     /// Its lease.
     pub lease: i64,
 }
@@ -211,6 +223,7 @@ impl Held {
             index: keys.index_of(kv.key)?,
             value: serde_json::from_slice(kv.value).ok(),
             create_revision: kv.create_revision,
+            mod_revision: kv.mod_revision,
             lease: kv.lease,
         })
     }
@@ -245,6 +258,10 @@ pub struct WatchPlan {
     pub releases: bool,
     /// One queue key ahead (its waiter was served or left).
     pub key: Option<Vec<u8>>,
+    /// The holder keys' puts too (this waiter heads the queue): a releasing holder hands
+    /// its slot straight to it by rewriting its holder key ([`handoff_plan`]); the put names
+    /// this node on its lease, so it learns of its grant without a read.
+    pub handoffs: bool,
 }
 
 /// What a waiter does next, by one snapshot.
@@ -312,6 +329,7 @@ impl Snapshot {
         let watch = WatchPlan {
             releases: self.ahead == free_now,
             key: self.nearest_ahead.first().cloned(),
+            handoffs: self.ahead == 0,
         };
         Next::Wait {
             position: self.ahead,
@@ -320,6 +338,278 @@ impl Snapshot {
             watch,
         }
     }
+}
+
+/// How a compare compares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cmp {
+    /// `==`
+    Equal,
+    /// `<`
+    Less,
+    /// `>`
+    Greater,
+}
+
+/// One compare of a transaction as etcd runs it: on one key, or on every key of
+/// `[key, end)` (each must hold; an empty range compares one missing key, whose revisions
+/// are 0).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cond {
+    /// The key's (or keys') create revision.
+    CreateRevision {
+        /// The key, or the start of the range.
+        key: Vec<u8>,
+        /// The end of the range (None: the one key).
+        end: Option<Vec<u8>>,
+        /// How.
+        cmp: Cmp,
+        /// Against what.
+        revision: i64,
+    },
+    /// The key's last write was at `revision`.
+    ModRevision {
+        /// The key.
+        key: Vec<u8>,
+        /// The revision.
+        revision: i64,
+    },
+}
+
+/// One write of a transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Op {
+    /// Put `value` on `lease` (0: none).
+    Put {
+        /// The key.
+        key: Vec<u8>,
+        /// The value.
+        value: Vec<u8>,
+        /// The lease.
+        lease: i64,
+    },
+    /// Delete the key.
+    Delete {
+        /// The key.
+        key: Vec<u8>,
+    },
+}
+
+/// A write transaction: `then` if every compare holds, else `otherwise` (a nested
+/// transaction with compares of its own; None: nothing). [`super::etcd`] sends it as it is;
+/// the tests below run it on a fake store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TxnPlan {
+    /// The compares.
+    pub when: Vec<Cond>,
+    /// The writes when they all hold.
+    pub then: Vec<Op>,
+    /// Else.
+    pub otherwise: Option<Box<TxnPlan>>,
+}
+
+fn create_is(key: &str, revision: i64) -> Cond {
+    Cond::CreateRevision {
+        key: key.as_bytes().to_vec(),
+        end: None,
+        cmp: Cmp::Equal,
+        revision,
+    }
+}
+
+/// No holder key at an index `>= max` (a shrunk budget blocks every grant and handoff).
+fn none_at_or_above(keys: &Keys, max: usize) -> Cond {
+    Cond::CreateRevision {
+        key: keys.holder(max).into_bytes(),
+        end: Some(prefix_end(&keys.holders())),
+        cmp: Cmp::Equal,
+        revision: 0,
+    }
+}
+
+/// The grant: slot `index` of `max` to the waiter whose queue key `queued` was created at
+/// `create_revision`, if the slot is free, no holder sits at an index `>= max`, the queue key
+/// is still that one (a handoff to it deletes it: a waiter's own grant and a handoff to it
+/// never both commit), and, for a planned request, no emergency joined since `read_revision`.
+#[allow(clippy::too_many_arguments)]
+pub fn grant_plan(
+    keys: &Keys,
+    queued: &str,
+    urgency: Urgency,
+    create_revision: i64,
+    index: usize,
+    max: usize,
+    value: Vec<u8>,
+    lease: i64,
+    read_revision: i64,
+) -> TxnPlan {
+    let holder = keys.holder(index);
+    let mut when = vec![
+        create_is(&holder, 0),
+        none_at_or_above(keys, max),
+        create_is(queued, create_revision),
+    ];
+    if urgency == Urgency::Planned {
+        when.push(Cond::CreateRevision {
+            key: keys.queue(Urgency::Emergency).into_bytes(),
+            end: Some(prefix_end(&keys.queue(Urgency::Emergency))),
+            cmp: Cmp::Less,
+            revision: read_revision + 1,
+        });
+    }
+    TxnPlan {
+        when,
+        then: vec![
+            Op::Put {
+                key: holder.into_bytes(),
+                value,
+                lease,
+            },
+            Op::Delete {
+                key: queued.as_bytes().to_vec(),
+            },
+        ],
+        otherwise: None,
+    }
+}
+
+/// Delete `key` if it is still the one written at `revision` (by its create revision for a
+/// queue key, by its last write for a holder key: a handoff rewrites a holder key).
+pub fn delete_plan(key: &str, revision: i64, holder: bool) -> TxnPlan {
+    let when = if holder {
+        Cond::ModRevision {
+            key: key.as_bytes().to_vec(),
+            revision,
+        }
+    } else {
+        create_is(key, revision)
+    };
+    TxnPlan {
+        when: vec![when],
+        then: vec![Op::Delete {
+            key: key.as_bytes().to_vec(),
+        }],
+        otherwise: None,
+    }
+}
+
+/// How many waiters at the head of the queue a release offers its slot to, in order, in one
+/// transaction: releases that read the same head at once (a burst of them) each hand their
+/// slot to the first of these still waiting instead of all but one falling back to a plain
+/// release.
+pub const HANDOFF_CANDIDATES: usize = 5;
+
+/// A waiter at the head of the queue as a releasing holder read it (emergencies first, then
+/// by create revision).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Head {
+    /// Its queue key.
+    pub key: Vec<u8>,
+    /// The key's create revision (its place).
+    pub create_revision: i64,
+    /// The waiter's lease: a slot handed over is put on it, so it goes when the waiter dies.
+    pub lease: i64,
+    /// Its request.
+    pub value: QueueValue,
+}
+
+impl Head {
+    /// From a queue key (None: it cannot take a slot handed to it: no lease, an unreadable
+    /// value; it still blocks the handoffs to waiters behind it).
+    pub fn of(kv: RawKv<'_>) -> Option<Head> {
+        let value: QueueValue = serde_json::from_slice(kv.value).ok()?;
+        (kv.lease != 0 && kv.create_revision > 0).then(|| Head {
+            key: kv.key.to_vec(),
+            create_revision: kv.create_revision,
+            lease: kv.lease,
+            value,
+        })
+    }
+}
+
+/// The release of slot `index` (granted at `grant_revision`) that hands it straight to the
+/// first of `heads` (waiters at the head of the queue, in queue order, at most
+/// [`HANDOFF_CANDIDATES`] used) still waiting, in the same revision: offered to a waiter if
+/// and only if this node's holder key is still its grant, the waiter's queue key is still the
+/// one read, nobody is ahead of it (no older emergency; for a planned waiter no emergency at
+/// all and no older planned request: so the waiters before it in `heads` are gone),
+/// `index < max` and no holder sits at an index `>= max`. It puts the holder key with the
+/// waiter's request on the waiter's lease and deletes the waiter's queue key. When no waiter
+/// qualifies it is the plain release (a guarded delete). None: no handoff is possible (nobody
+/// waits, or `index >= max`: the budget shrank); release plainly.
+pub fn handoff_plan(
+    keys: &Keys,
+    index: usize,
+    grant_revision: i64,
+    max: usize,
+    heads: &[Head],
+    granted_at: SystemTime,
+) -> Option<TxnPlan> {
+    if index >= max || heads.is_empty() {
+        return None;
+    }
+    let holder = keys.holder(index);
+    let mut plan = delete_plan(&holder, grant_revision, true);
+    for head in heads.iter().take(HANDOFF_CANDIDATES).rev() {
+        let Ok(value) = serde_json::to_vec(&HolderValue {
+            node: head.value.node.clone(),
+            action: head.value.action.clone(),
+            urgency: head.value.urgency,
+            since: head.value.since,
+            granted_at,
+        }) else {
+            continue;
+        };
+        let queue = |u: Urgency| {
+            let prefix = keys.queue(u);
+            (prefix.as_bytes().to_vec(), prefix_end(&prefix))
+        };
+        let (emergencies, emergencies_end) = queue(Urgency::Emergency);
+        let (own, own_end) = queue(head.value.urgency);
+        let mut when = vec![
+            Cond::ModRevision {
+                key: holder.as_bytes().to_vec(),
+                revision: grant_revision,
+            },
+            none_at_or_above(keys, max),
+            Cond::CreateRevision {
+                key: head.key.clone(),
+                end: None,
+                cmp: Cmp::Equal,
+                revision: head.create_revision,
+            },
+            // the waiter's queue holds the waiter, so the range is not empty: nobody older
+            Cond::CreateRevision {
+                key: own,
+                end: Some(own_end),
+                cmp: Cmp::Greater,
+                revision: head.create_revision - 1,
+            },
+        ];
+        if head.value.urgency == Urgency::Planned {
+            when.push(Cond::CreateRevision {
+                key: emergencies,
+                end: Some(emergencies_end),
+                cmp: Cmp::Equal,
+                revision: 0,
+            });
+        }
+        plan = TxnPlan {
+            when,
+            then: vec![
+                Op::Put {
+                    key: holder.clone().into_bytes(),
+                    value,
+                    lease: head.lease,
+                },
+                Op::Delete {
+                    key: head.key.clone(),
+                },
+            ],
+            otherwise: Some(Box::new(plan)),
+        };
+    }
+    Some(plan)
 }
 
 #[cfg(test)]
@@ -345,6 +635,7 @@ mod tests {
                 granted_at: SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_001),
             }),
             create_revision: 9,
+            mod_revision: 9,
             lease,
         }
     }
@@ -409,7 +700,8 @@ mod tests {
             watch,
             WatchPlan {
                 releases: true,
-                key: None
+                key: None,
+                handoffs: true,
             }
         );
         // second in line: woken when the first is served, not by every release
@@ -481,6 +773,7 @@ mod tests {
             index: 2,
             value: None,
             create_revision: 1,
+            mod_revision: 1,
             lease: 8,
         };
         let s = snap(3, vec![unreadable], 0);
@@ -501,5 +794,463 @@ mod tests {
                 .is_empty()
         );
         assert!(MemberFindings::parse(b"garbage").findings.is_empty());
+    }
+
+    /// etcd's transactions on an in-memory store: one revision per transaction that writes,
+    /// a put keeps a key's create revision, an empty range compares a missing key.
+    #[derive(Default)]
+    struct Fake {
+        rev: i64,
+        kvs: std::collections::BTreeMap<Vec<u8>, (Vec<u8>, i64, i64, i64)>,
+        /// The most holder keys at any revision.
+        most: usize,
+    }
+
+    impl Fake {
+        fn holds(&self, c: &Cond) -> bool {
+            match c {
+                Cond::CreateRevision {
+                    key,
+                    end,
+                    cmp,
+                    revision,
+                } => {
+                    let mut found: Vec<i64> = match end {
+                        None => self.kvs.get(key).map(|v| v.1).into_iter().collect(),
+                        Some(end) => self
+                            .kvs
+                            .range(key.clone()..end.clone())
+                            .map(|(_, v)| v.1)
+                            .collect(),
+                    };
+                    if found.is_empty() {
+                        found.push(0);
+                    }
+                    found.iter().all(|v| match cmp {
+                        Cmp::Equal => v == revision,
+                        Cmp::Less => v < revision,
+                        Cmp::Greater => v > revision,
+                    })
+                }
+                Cond::ModRevision { key, revision } => {
+                    self.kvs.get(key).map_or(0, |v| v.2) == *revision
+                }
+            }
+        }
+
+        /// Run `plan`: the revision it wrote (None: it wrote nothing).
+        fn txn(&mut self, plan: &TxnPlan) -> Option<i64> {
+            let mut p = plan;
+            while !p.when.iter().all(|c| self.holds(c)) {
+                p = p.otherwise.as_deref()?;
+            }
+            self.rev += 1;
+            for op in &p.then {
+                match op {
+                    Op::Put { key, value, lease } => {
+                        let create = self.kvs.get(key).map_or(self.rev, |v| v.1);
+                        self.kvs
+                            .insert(key.clone(), (value.clone(), create, self.rev, *lease));
+                    }
+                    Op::Delete { key } => {
+                        self.kvs.remove(key);
+                    }
+                }
+            }
+            let holders = self
+                .kvs
+                .keys()
+                .filter(|k| k.starts_with(b"/pg/default/holders/"))
+                .count();
+            self.most = self.most.max(holders);
+            Some(self.rev)
+        }
+
+        fn join(&mut self, k: &Keys, node: &str, urgency: Urgency, lease: i64) -> i64 {
+            let value = serde_json::to_vec(&QueueValue {
+                node: node.to_owned(),
+                action: "daemon-reexec".to_owned(),
+                urgency,
+                since: SystemTime::UNIX_EPOCH,
+            })
+            .unwrap_or_default();
+            let key = k.queued(urgency, node).into_bytes();
+            let plan = TxnPlan {
+                when: vec![],
+                then: vec![Op::Put { key, value, lease }],
+                otherwise: None,
+            };
+            self.txn(&plan).unwrap_or(0)
+        }
+
+        fn expire(&mut self, lease: i64) {
+            self.rev += 1;
+            self.kvs.retain(|_, v| v.3 != lease);
+        }
+
+        /// What a releasing holder reads: the first `n` waiters, emergencies first.
+        fn heads(&self, k: &Keys, n: usize) -> Vec<Head> {
+            let mut out = Vec::new();
+            for u in [Urgency::Emergency, Urgency::Planned] {
+                let prefix = k.queue(u).into_bytes();
+                let mut q: Vec<_> = self
+                    .kvs
+                    .iter()
+                    .filter(|(key, _)| key.starts_with(&prefix))
+                    .collect();
+                q.sort_by_key(|(_, v)| v.1);
+                out.extend(q.into_iter().filter_map(|(key, v)| {
+                    Head::of(RawKv {
+                        key,
+                        value: &v.0,
+                        create_revision: v.1,
+                        mod_revision: v.2,
+                        lease: v.3,
+                    })
+                }));
+            }
+            out.truncate(n);
+            out
+        }
+
+        fn holder(&self, k: &Keys, index: usize) -> Option<(String, i64, i64, i64)> {
+            let v = self.kvs.get(k.holder(index).as_bytes())?;
+            let node = serde_json::from_slice::<HolderValue>(&v.0).ok()?.node;
+            Some((node, v.1, v.2, v.3))
+        }
+
+        fn grant(
+            &mut self,
+            k: &Keys,
+            node: &str,
+            lease: i64,
+            index: usize,
+            max: usize,
+        ) -> Option<i64> {
+            self.grant_as(k, node, Urgency::Planned, lease, index, max)
+        }
+
+        fn grant_as(
+            &mut self,
+            k: &Keys,
+            node: &str,
+            urgency: Urgency,
+            lease: i64,
+            index: usize,
+            max: usize,
+        ) -> Option<i64> {
+            let queued = k.queued(urgency, node);
+            let create = self.kvs.get(queued.as_bytes()).map_or(-1, |v| v.1);
+            let value = serde_json::to_vec(&HolderValue {
+                node: node.to_owned(),
+                action: "daemon-reexec".to_owned(),
+                urgency,
+                since: SystemTime::UNIX_EPOCH,
+                granted_at: SystemTime::UNIX_EPOCH,
+            })
+            .unwrap_or_default();
+            let rev = self.rev;
+            self.txn(&grant_plan(
+                k, &queued, urgency, create, index, max, value, lease, rev,
+            ))
+        }
+    }
+
+    fn keys() -> Keys {
+        Keys::new("/pg/default")
+    }
+
+    /// A store where node `a` (lease 1) holds slot 0 of `max`: the grant's revision.
+    fn a_holds_slot_0_of(max: usize) -> (Keys, Fake, i64) {
+        let k = keys();
+        let mut f = Fake::default();
+        f.join(&k, "a", Urgency::Planned, 1);
+        let a = f.grant(&k, "a", 1, 0, max).unwrap_or(0);
+        (k, f, a)
+    }
+
+    #[test]
+    fn a_release_hands_its_slot_to_the_head_in_one_revision() {
+        let (k, mut f, a) = a_holds_slot_0_of(1);
+        f.join(&k, "w1", Urgency::Planned, 11);
+        f.join(&k, "w2", Urgency::Planned, 12);
+        let heads = f.heads(&k, HANDOFF_CANDIDATES);
+        let plan = handoff_plan(&k, 0, a, 1, &heads, SystemTime::UNIX_EPOCH);
+        let Some(plan) = plan else {
+            panic!("no handoff")
+        };
+        let rev = f.txn(&plan).unwrap_or(0);
+        let (node, create, modified, lease) = f.holder(&k, 0).unwrap_or_default();
+        assert_eq!((node.as_str(), modified, lease), ("w1", rev, 11));
+        assert_eq!(create, a, "the key's create revision is the first grant's");
+        assert!(
+            !f.kvs
+                .contains_key(k.queued(Urgency::Planned, "w1").as_bytes())
+        );
+        assert!(
+            f.kvs
+                .contains_key(k.queued(Urgency::Planned, "w2").as_bytes())
+        );
+        // the old holder's release, sent again (its answer lost): not w1's slot
+        assert_eq!(f.txn(&delete_plan(&k.holder(0), a, true)), None);
+        assert_eq!(f.holder(&k, 0).map(|h| h.0).as_deref(), Some("w1"));
+        // w1's own release is recognised by the handoff's revision
+        assert!(f.txn(&delete_plan(&k.holder(0), rev, true)).is_some());
+        assert_eq!(f.most, 1);
+    }
+
+    #[test]
+    fn a_handoff_and_the_waiters_own_grant_never_both_commit() {
+        for handoff_first in [true, false] {
+            let (k, mut f, a) = a_holds_slot_0_of(2);
+            f.join(&k, "w1", Urgency::Planned, 11);
+            // a reads w1 as the head; w1 read slot 1 free
+            let heads = f.heads(&k, HANDOFF_CANDIDATES);
+            let Some(plan) = handoff_plan(&k, 0, a, 2, &heads, SystemTime::UNIX_EPOCH) else {
+                panic!("no handoff")
+            };
+            let (handed, own) = if handoff_first {
+                let h = f.txn(&plan);
+                (h, f.grant(&k, "w1", 11, 1, 2))
+            } else {
+                let own = f.grant(&k, "w1", 11, 1, 2);
+                (f.txn(&plan), own)
+            };
+            assert!(handed.is_some(), "the release commits either way");
+            let held_by_w1 = [0, 1]
+                .iter()
+                .filter(|i| f.holder(&k, **i).is_some_and(|h| h.0 == "w1"))
+                .count();
+            assert_eq!(held_by_w1, 1, "handoff first: {handoff_first}");
+            if !handoff_first {
+                assert!(own.is_some());
+                assert_eq!(f.holder(&k, 0), None, "fell back to a plain release");
+            } else {
+                assert!(own.is_none());
+            }
+        }
+    }
+
+    #[test]
+    fn a_burst_of_releases_that_read_the_same_head_serves_the_next_waiters_in_order() {
+        let k = keys();
+        let mut f = Fake::default();
+        let mut grants = Vec::new();
+        for (i, n) in ["a", "b", "c"].iter().enumerate() {
+            f.join(&k, n, Urgency::Planned, 1 + i as i64);
+            grants.push(f.grant(&k, n, 1 + i as i64, i, 3).unwrap_or(0));
+        }
+        for (i, n) in ["w1", "w2", "w3", "w4"].iter().enumerate() {
+            f.join(&k, n, Urgency::Planned, 11 + i as i64);
+        }
+        let heads = f.heads(&k, HANDOFF_CANDIDATES);
+        for (i, g) in grants.iter().enumerate() {
+            let Some(plan) = handoff_plan(&k, i, *g, 3, &heads, SystemTime::UNIX_EPOCH) else {
+                panic!("no handoff")
+            };
+            f.txn(&plan);
+        }
+        let got: Vec<String> = (0..3)
+            .filter_map(|i| f.holder(&k, i).map(|h| h.0))
+            .collect();
+        assert_eq!(got, ["w1", "w2", "w3"]);
+        assert!(
+            f.kvs
+                .contains_key(k.queued(Urgency::Planned, "w4").as_bytes())
+        );
+        assert_eq!(f.most, 3);
+    }
+
+    #[test]
+    fn a_handoff_to_a_waiter_that_died_or_withdrew_is_a_plain_release() {
+        for withdrew in [false, true] {
+            let (k, mut f, a) = a_holds_slot_0_of(1);
+            let w1 = f.join(&k, "w1", Urgency::Planned, 11);
+            let heads = f.heads(&k, HANDOFF_CANDIDATES);
+            if withdrew {
+                let key = k.queued(Urgency::Planned, "w1");
+                assert!(f.txn(&delete_plan(&key, w1, false)).is_some());
+            } else {
+                f.expire(11);
+            }
+            let Some(plan) = handoff_plan(&k, 0, a, 1, &heads, SystemTime::UNIX_EPOCH) else {
+                panic!("no handoff")
+            };
+            assert!(f.txn(&plan).is_some());
+            assert_eq!(f.holder(&k, 0), None, "withdrew: {withdrew}");
+        }
+    }
+
+    #[test]
+    fn a_withdrawal_that_races_a_handoff_finds_the_slot_on_its_lease() {
+        let (k, mut f, a) = a_holds_slot_0_of(1);
+        let w1 = f.join(&k, "w1", Urgency::Planned, 11);
+        let heads = f.heads(&k, HANDOFF_CANDIDATES);
+        let Some(plan) = handoff_plan(&k, 0, a, 1, &heads, SystemTime::UNIX_EPOCH) else {
+            panic!("no handoff")
+        };
+        f.txn(&plan);
+        // w1 withdraws (max_wait, the storm guard): its key is gone, the compare fails ...
+        let key = k.queued(Urgency::Planned, "w1");
+        assert_eq!(f.txn(&delete_plan(&key, w1, false)), None);
+        // ... and the holders it reads then (the withdrawal's else) show its slot
+        let (_, _, modified, lease) = f.holder(&k, 0).unwrap_or_default();
+        let raw = f
+            .kvs
+            .get(k.holder(0).as_bytes())
+            .cloned()
+            .unwrap_or_default();
+        let held = Held::parse(
+            &k,
+            RawKv {
+                key: k.holder(0).as_bytes(),
+                value: &raw.0,
+                create_revision: raw.1,
+                mod_revision: modified,
+                lease,
+            },
+        );
+        let snap = Snapshot {
+            holders: held.into_iter().collect(),
+            ..Snapshot::default()
+        };
+        let found = snap.held_by("w1", 11).map(|h| (h.index, h.mod_revision));
+        assert_eq!(found, Some((0, modified)));
+        // which it releases by that revision
+        assert!(f.txn(&delete_plan(&k.holder(0), modified, true)).is_some());
+        assert_eq!(f.holder(&k, 0), None);
+    }
+
+    #[test]
+    fn emergencies_come_first_and_one_that_joined_after_the_read_is_not_overtaken() {
+        let (k, mut f, a) = a_holds_slot_0_of(1);
+        f.join(&k, "p1", Urgency::Planned, 11);
+        let heads = f.heads(&k, HANDOFF_CANDIDATES);
+        f.join(&k, "e1", Urgency::Emergency, 12);
+        let Some(plan) = handoff_plan(&k, 0, a, 1, &heads, SystemTime::UNIX_EPOCH) else {
+            panic!("no handoff")
+        };
+        f.txn(&plan);
+        assert_eq!(
+            f.holder(&k, 0),
+            None,
+            "p1 is not handed the emergency's slot"
+        );
+        // a fresh read: the emergency first, before p1 who asked earlier
+        let e1 = f
+            .grant_as(&k, "e1", Urgency::Emergency, 12, 0, 1)
+            .unwrap_or(0);
+        f.join(&k, "b", Urgency::Emergency, 2);
+        let heads = f.heads(&k, HANDOFF_CANDIDATES);
+        let order: Vec<&str> = heads.iter().map(|h| h.value.node.as_str()).collect();
+        assert_eq!(order, ["b", "p1"]);
+        let Some(plan) = handoff_plan(&k, 0, e1, 1, &heads, SystemTime::UNIX_EPOCH) else {
+            panic!("no handoff")
+        };
+        f.txn(&plan);
+        assert_eq!(f.holder(&k, 0).map(|h| h.0).as_deref(), Some("b"));
+    }
+
+    #[test]
+    fn a_shrunk_budget_gets_no_handoff() {
+        let (k, mut f, a) = a_holds_slot_0_of(2);
+        f.join(&k, "b", Urgency::Planned, 2);
+        let b = f.grant(&k, "b", 2, 1, 2).unwrap_or(0);
+        f.join(&k, "w1", Urgency::Planned, 11);
+        let heads = f.heads(&k, HANDOFF_CANDIDATES);
+        // the budget is 1 now: slot 1 is above it, and slot 0 may not go while 1 is held
+        assert_eq!(
+            handoff_plan(&k, 1, b, 1, &heads, SystemTime::UNIX_EPOCH),
+            None
+        );
+        let Some(plan) = handoff_plan(&k, 0, a, 1, &heads, SystemTime::UNIX_EPOCH) else {
+            panic!("no handoff")
+        };
+        f.txn(&plan);
+        assert_eq!(f.holder(&k, 0), None);
+        assert!(
+            f.kvs
+                .contains_key(k.queued(Urgency::Planned, "w1").as_bytes())
+        );
+        assert_eq!(handoff_plan(&k, 0, a, 1, &[], SystemTime::UNIX_EPOCH), None);
+    }
+
+    /// Many waiters, grants from stale reads, handoffs from stale heads, withdrawals and
+    /// lease expiries in a pseudo-random order: never more than `max` holder keys, never two
+    /// slots for one node, and every slot handed over went to a waiter with nobody ahead.
+    #[test]
+    fn random_interleavings_never_exceed_the_budget() {
+        let k = keys();
+        let max = 3;
+        let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut next = move |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let mut f = Fake::default();
+        let mut stale_heads: Vec<Vec<Head>> = Vec::new();
+        for step in 0..4000 {
+            let node = format!("n{}", next(12));
+            let lease = 100 + node[1..].parse::<i64>().unwrap_or(0);
+            let urgency = if next(5) == 0 {
+                Urgency::Emergency
+            } else {
+                Urgency::Planned
+            };
+            match next(6) {
+                0 => {
+                    let holds = (0..max + 1).any(|i| f.holder(&k, i).is_some_and(|h| h.0 == node));
+                    // one request per node (the actor withdraws a planned one for an emergency)
+                    let asks = [Urgency::Emergency, Urgency::Planned]
+                        .iter()
+                        .any(|u| f.kvs.contains_key(k.queued(*u, &node).as_bytes()));
+                    if !holds && !asks {
+                        f.join(&k, &node, urgency, lease);
+                    }
+                }
+                1 => {
+                    f.grant_as(&k, &node, urgency, lease, next(max as u64) as usize, max);
+                }
+                2 => stale_heads.push(f.heads(&k, HANDOFF_CANDIDATES)),
+                3 => {
+                    let i = next(max as u64) as usize;
+                    if let (Some(h), Some(heads)) = (f.holder(&k, i), stale_heads.pop()) {
+                        let plan = handoff_plan(&k, i, h.2, max, &heads, SystemTime::UNIX_EPOCH);
+                        if let Some(plan) = plan {
+                            f.txn(&plan);
+                        }
+                    }
+                }
+                4 => {
+                    let queued = k.queued(urgency, &node);
+                    if let Some(create) = f.kvs.get(queued.as_bytes()).map(|v| v.1) {
+                        f.txn(&delete_plan(&queued, create, false));
+                    }
+                }
+                _ => {
+                    if next(20) == 0 {
+                        f.expire(lease);
+                    }
+                }
+            }
+            let mut nodes: Vec<String> = (0..max + 1)
+                .filter_map(|i| f.holder(&k, i).map(|h| h.0))
+                .collect();
+            let held = nodes.len();
+            nodes.sort();
+            nodes.dedup();
+            assert_eq!(nodes.len(), held, "a node with two slots at step {step}");
+            for n in &nodes {
+                for u in [Urgency::Emergency, Urgency::Planned] {
+                    assert!(
+                        !f.kvs.contains_key(k.queued(u, n).as_bytes()),
+                        "{n} holds a slot and waits at step {step}"
+                    );
+                }
+            }
+        }
+        assert!(f.most <= max, "{} holders", f.most);
     }
 }
