@@ -1169,3 +1169,154 @@ fn a_release_hands_its_slot_over_or_falls_back_to_a_plain_release() {
         }
     });
 }
+
+/// A loopback TCP proxy to one etcd member that the test can cut: every open connection is
+/// shut and new ones are closed at once until it heals (a node's network gone, etcd's not).
+struct Cuttable {
+    url: String,
+    cut: Arc<std::sync::atomic::AtomicBool>,
+    open: Arc<Mutex<Vec<std::net::TcpStream>>>,
+}
+
+impl Cuttable {
+    fn to(endpoint: &str) -> Cuttable {
+        use std::net::{TcpListener, TcpStream};
+        use std::sync::atomic::Ordering;
+        let upstream = endpoint
+            .trim_start_matches("https://")
+            .trim_start_matches("http://")
+            .to_string();
+        let listener = TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+        let url = format!(
+            "https://{}",
+            listener.local_addr().expect("the proxy's address")
+        );
+        let cut = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let open: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+        let (cut2, open2) = (cut.clone(), open.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { continue };
+                if cut2.load(Ordering::SeqCst) {
+                    let _ = client.shutdown(std::net::Shutdown::Both);
+                    continue;
+                }
+                let Ok(server) = TcpStream::connect(&upstream) else {
+                    continue;
+                };
+                let _ = client.set_nodelay(true);
+                let _ = server.set_nodelay(true);
+                let pipe = |from: &TcpStream, to: &TcpStream| -> Option<()> {
+                    let (mut from, mut to) = (from.try_clone().ok()?, to.try_clone().ok()?);
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                    });
+                    Some(())
+                };
+                if pipe(&client, &server)
+                    .and_then(|_| pipe(&server, &client))
+                    .is_none()
+                {
+                    continue;
+                }
+                let mut open = open2.lock().unwrap_or_else(|e| e.into_inner());
+                open.push(client);
+                open.push(server);
+            }
+        });
+        Cuttable { url, cut, open }
+    }
+
+    fn cut(&self) {
+        self.cut.store(true, std::sync::atomic::Ordering::SeqCst);
+        for s in self
+            .open
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain(..)
+        {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    fn heal(&self) {
+        self.cut.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// A grant the node could not hear: a waiter cut off from etcd (its lease still alive) is
+/// handed the slot by the holder's release meanwhile; once its network is back it finds the
+/// holder key on its own lease and counts it as its grant, not a new request, and etcd's
+/// history never shows two holders of the one slot.
+#[test]
+fn a_slot_handed_over_while_the_waiter_was_cut_off_is_its_grant_after_reconnect() {
+    let Some(etcd) = require_etcd(3) else {
+        return;
+    };
+    let rt = runtime();
+    rt.block_on(async {
+        let group = "handed-while-cut";
+        let proxy = Cuttable::to(&etcd.endpoint(0));
+        let mut a = Fleet::start(settings(&etcd, group, "a", "1")).expect("fleet a");
+        // b reaches etcd through the proxy only; a 20 s lease outlives the cut
+        let mut b_settings = etcd.fleet_settings(group, "b", "1", secs(20), secs(2));
+        b_settings.endpoints = vec![proxy.url.clone()];
+        let mut b = Fleet::start(b_settings).expect("fleet b");
+        members_in_etcd(&etcd, group, 2, secs(20)).await;
+        let granted = |s: &SlotState| matches!(s, SlotState::Granted { .. });
+        a.request(ActionKind::RestartKubelet, Urgency::Planned);
+        wait_state(&mut a, "a granted", secs(20), granted)
+            .await
+            .unwrap();
+        b.request(ActionKind::RestartKubelet, Urgency::Planned);
+        wait_state(&mut b, "b waiting", secs(20), |s| {
+            matches!(s, SlotState::Waiting { .. })
+        })
+        .await
+        .unwrap();
+
+        proxy.cut();
+        a.release();
+        // the handoff lands in etcd while b hears nothing
+        let holder = format!("{PREFIX}/{group}/holders/");
+        let deadline = Instant::now() + secs(10);
+        loop {
+            let held = etcd.get_prefix(&holder).unwrap();
+            if held.iter().any(|(_, v)| v.contains(r#""node":"b""#)) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "no handoff to b: {held:?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(
+            !granted(&b.state()),
+            "b counted a grant it could not hear: {:?}",
+            b.state()
+        );
+        tokio::time::sleep(secs(3)).await;
+        proxy.heal();
+        let after = wait_state(&mut b, "b's grant after reconnect", secs(30), granted)
+            .await
+            .unwrap();
+        eprintln!("MEASURE b found its handed-over slot {after:?} after the network returned");
+
+        let replay = Replay::of(&etcd, group);
+        assert_eq!(replay.grants_of("b").len(), 1, "{:?}", replay.holders);
+        assert_eq!(replay.handoffs, 1, "{:?}", replay.holders);
+        assert_eq!(replay.max_holders().0, 1, "{:?}", replay.holders);
+        // b's release frees the slot it found
+        b.release();
+        let deadline = Instant::now() + secs(15);
+        while !etcd.get_prefix(&holder).unwrap().is_empty() {
+            assert!(
+                Instant::now() < deadline,
+                "b's release did not free the slot: {:?}",
+                etcd.get_prefix(&holder)
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        a.shutdown().await;
+        b.shutdown().await;
+    });
+}
