@@ -1048,6 +1048,22 @@ fn an_idle_member_makes_no_request_but_its_keep_alives() {
     );
 }
 
+/// `a` asks for the group's one slot and is granted it, then `b` asks and waits behind it.
+async fn a_holds_the_slot_b_waits(a: &mut Fleet, b: &mut Fleet) {
+    a.request(ActionKind::RestartKubelet, Urgency::Planned);
+    wait_state(a, "a granted", secs(20), |s| {
+        matches!(s, SlotState::Granted { .. })
+    })
+    .await
+    .unwrap();
+    b.request(ActionKind::RestartKubelet, Urgency::Planned);
+    wait_state(b, "b waiting", secs(20), |s| {
+        matches!(s, SlotState::Waiting { .. })
+    })
+    .await
+    .unwrap();
+}
+
 /// Issue 28's direct handoff: a release hands its slot to the waiter at the head of the queue
 /// in the same revision (a put over the held key, no delete between), and the waiter learns
 /// of it; a handoff to a waiter that withdrew or whose lease ended after the release read it
@@ -1067,17 +1083,8 @@ fn a_release_hands_its_slot_over_or_falls_back_to_a_plain_release() {
         let mut a = Fleet::start(settings(&etcd, group, "a", "1")).expect("fleet a");
         let mut b = Fleet::start(settings(&etcd, group, "b", "1")).expect("fleet b");
         members_in_etcd(&etcd, group, 2, secs(20)).await;
+        a_holds_the_slot_b_waits(&mut a, &mut b).await;
         let granted = |s: &SlotState| matches!(s, SlotState::Granted { .. });
-        a.request(ActionKind::RestartKubelet, Urgency::Planned);
-        wait_state(&mut a, "a granted", secs(20), granted)
-            .await
-            .unwrap();
-        b.request(ActionKind::RestartKubelet, Urgency::Planned);
-        wait_state(&mut b, "b waiting", secs(20), |s| {
-            matches!(s, SlotState::Waiting { .. })
-        })
-        .await
-        .unwrap();
         a.release();
         wait_state(&mut b, "b handed the slot", secs(20), granted)
             .await
@@ -1264,17 +1271,8 @@ fn a_slot_handed_over_while_the_waiter_was_cut_off_is_its_grant_after_reconnect(
         b_settings.endpoints = vec![proxy.url.clone()];
         let mut b = Fleet::start(b_settings).expect("fleet b");
         members_in_etcd(&etcd, group, 2, secs(20)).await;
+        a_holds_the_slot_b_waits(&mut a, &mut b).await;
         let granted = |s: &SlotState| matches!(s, SlotState::Granted { .. });
-        a.request(ActionKind::RestartKubelet, Urgency::Planned);
-        wait_state(&mut a, "a granted", secs(20), granted)
-            .await
-            .unwrap();
-        b.request(ActionKind::RestartKubelet, Urgency::Planned);
-        wait_state(&mut b, "b waiting", secs(20), |s| {
-            matches!(s, SlotState::Waiting { .. })
-        })
-        .await
-        .unwrap();
 
         proxy.cut();
         a.release();
