@@ -546,10 +546,18 @@ impl Bed {
             }
         }
         if bed.boot_state == "degraded" {
+            // the failed units and their own lines, so a degraded boot says why
             eprintln!(
-                "bed {}: booted degraded:\n{}",
+                "bed {}: booted degraded:\n{}\n{}",
                 bed.name,
-                bed.sh_ok("systemctl --failed --no-pager --plain")
+                bed.sh_ok("systemctl --failed --no-pager --plain"),
+                bed.try_sh(
+                    "for u in $(systemctl --failed --no-legend --plain | cut -d' ' -f1); do \
+                     journalctl -b -u \"$u\" --no-pager -o short-monotonic | tail -n 20; done",
+                    secs(10)
+                )
+                .map(|o| show(&o))
+                .unwrap_or_default()
             );
         }
         eprintln!(
