@@ -486,10 +486,18 @@ fn run_load(
     ttl: u64,
 ) -> serde_json::Value {
     let group = format!("load-{n}");
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap_or_else(|e| panic!("tokio runtime: {e}"));
+    // PLEG_BENCH_THREADS=N: a multi-thread runtime of N workers instead (0: current-thread)
+    let threads = env_num("PLEG_BENCH_THREADS", 0) as usize;
+    let rt = if threads == 0 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(threads);
+        b
+    }
+    .enable_all()
+    .build()
+    .unwrap_or_else(|e| panic!("tokio runtime: {e}"));
     let max = load.max.to_string();
     rt.block_on(async {
         let mut fleets: Vec<Fleet> = Vec::new();
