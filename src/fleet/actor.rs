@@ -29,10 +29,8 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use super::etcd::{Connection, KeepAlive, Me, TlsMaterial, classify, raw, turn_step};
-use super::group::{
-    HANDOFF_ZONE, Held, HolderValue, Keys, MemberValue, Next, QueueValue, Snapshot, WatchPlan,
-};
+use super::etcd::{Connection, KeepAlive, Me, TlsMaterial, classify, turn_step};
+use super::group::{Held, HolderValue, Keys, MemberValue, Next, QueueValue, Snapshot, WatchPlan};
 use super::storm::Health;
 use super::{
     Command, FleetError, FleetSettings, FleetView, GroupHealth, Holder, Shared, SlotState, Urgency,
@@ -213,8 +211,7 @@ impl Actor {
         }
     }
 
-    /// How many queue keys ahead a read brings: the budget as last seen, and at least the
-    /// [`HANDOFF_ZONE`] (whose last key a waiter further back watches).
+    /// How many queue keys ahead a read brings: the budget as last seen.
     fn depth(&self) -> usize {
         self.snapshot
             .as_ref()
@@ -222,7 +219,7 @@ impl Actor {
                 || self.s.max_disruptive.slots(0),
                 |s| s.max(self.s.max_disruptive),
             )
-            .max(HANDOFF_ZONE)
+            .max(1)
     }
 
     /// The task: until the handle shuts it down or goes away.
@@ -320,40 +317,12 @@ impl Actor {
                             self.stale = true;
                             dirty = true;
                         }
-                        // among the first waiters, watching every holder change
-                        let handoffs = session.watch.as_ref().is_some_and(|(p, _)| p.handoffs);
                         for ev in resp.events() {
-                            let Some(kv) = ev.kv() else {
-                                self.stale = true;
-                                dirty = true;
-                                continue;
-                            };
-                            let delete = ev.event_type() == etcd_client::EventType::Delete;
-                            let Some(i) = self.keys.index_of(kv.key()) else {
-                                // the queue key ahead went: read, unless that moves this
-                                // waiter up with nothing free to take (it sees every holder
-                                // change meanwhile)
-                                let budget = self.s.max_disruptive;
-                                let moved = handoffs
-                                    && !self.stale
-                                    && self
-                                        .snapshot
-                                        .as_mut()
-                                        .is_some_and(|s| s.moved_up(kv.key(), budget));
-                                if moved {
-                                    if let (Some(q), Some(s)) = (self.queue.as_mut(), &self.snapshot) {
-                                        q.0 = s.ahead;
-                                    }
-                                    self.publish();
-                                } else {
-                                    self.stale = true;
-                                    dirty = true;
-                                }
-                                continue;
-                            };
-                            if delete {
-                                self.stale = true;
-                                dirty = true;
+                            self.stale = true;
+                            dirty = true;
+                            let Some(kv) = ev.kv() else { continue };
+                            let Some(i) = self.keys.index_of(kv.key()) else { continue };
+                            if ev.event_type() == etcd_client::EventType::Delete {
                                 self.freed.push(i);
                             } else if let Some(grant) = self.handed(i, kv) {
                                 // a releasing holder handed this node its slot: no read
@@ -365,12 +334,6 @@ impl Actor {
                                 session.watch = None;
                                 self.publish();
                                 break;
-                            } else if let Some(held) = Held::parse(&self.keys, raw(kv)) {
-                                // another waiter's grant, or a slot handed to another: nothing
-                                // this waiter can take
-                                if let Some(s) = self.snapshot.as_mut() {
-                                    s.note_holder(held);
-                                }
                             }
                         }
                     }
@@ -764,7 +727,16 @@ impl Actor {
         if self.want.is_none() || self.granted.is_some() || self.queued.is_none() {
             return None;
         }
-        let held = Held::parse(&self.keys, raw(kv))?;
+        let held = Held::parse(
+            &self.keys,
+            super::group::RawKv {
+                key: kv.key(),
+                value: kv.value(),
+                create_revision: kv.create_revision(),
+                mod_revision: kv.mod_revision(),
+                lease: kv.lease(),
+            },
+        )?;
         let value = held.value.as_ref()?;
         (held.index == index && Some(held.lease) == self.lease && value.node == self.s.node)
             .then(|| Grant::of(&held))

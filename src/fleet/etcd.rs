@@ -407,8 +407,8 @@ fn handed_over(succeeded: bool, answers: &[TxnOpResponse]) -> bool {
     }
 }
 
-/// A key of a range's answer or a watch event.
-pub(crate) fn raw(kv: &etcd_client::KeyValue) -> RawKv<'_> {
+/// A key of a range's answer.
+fn raw(kv: &etcd_client::KeyValue) -> RawKv<'_> {
     RawKv {
         key: kv.key(),
         value: kv.value(),

@@ -256,20 +256,11 @@ pub struct Snapshot {
 pub struct WatchPlan {
     /// The holder keys (a slot freed).
     pub releases: bool,
-    /// One queue key ahead (its waiter was served or left): within the first
-    /// [`HANDOFF_ZONE`] waiters the nearest, further back the [`HANDOFF_ZONE`]-th ahead, whose
-    /// leaving brings this waiter within reach of a handoff, so it watches the holder keys
-    /// before a slot is handed to it (a waiter woken only by its predecessor's leaving would
-    /// learn of that very handoff by a read). Nothing nearer needs watching out there: a
-    /// waiter behind the watched one can take no slot the watched one cannot.
+    /// One queue key ahead (its waiter was served or left).
     pub key: Option<Vec<u8>>,
-    /// Every change of the holder keys, puts too (this waiter is among the first
-    /// [`HANDOFF_ZONE`] of the queue; a release offers its slot to the first
-    /// [`HANDOFF_CANDIDATES`] of them): a releasing
-    /// holder hands its slot straight to it by rewriting its holder key ([`handoff_plan`]);
-    /// the put names this node on its lease, so it learns of its grant without a read. While
-    /// the group is full, the puts of others and its predecessor's leaving change nothing it
-    /// could take ([`Snapshot::moved_up`]): no read either.
+    /// The holder keys' puts too (this waiter heads the queue): a releasing holder hands
+    /// its slot straight to it by rewriting its holder key ([`handoff_plan`]); the put names
+    /// this node on its lease, so it learns of its grant without a read.
     pub handoffs: bool,
 }
 
@@ -302,46 +293,6 @@ impl Snapshot {
         budget.slots(self.members)
     }
 
-    /// Whether no waiter can take a slot now: every index below `max` is held, or a holder
-    /// sits at an index `>= max` (a shrunk budget blocks every grant).
-    pub fn none_free(&self, budget: MaxDisruptive) -> bool {
-        let max = self.max(budget);
-        let held = |i: usize| self.holders.iter().any(|h| h.index == i);
-        self.holders.iter().any(|h| h.index >= max) || (0..max).all(held)
-    }
-
-    /// A holder key's put as a watch showed it (a grant, or a handoff that rewrote the key):
-    /// the slot's holder now.
-    pub fn note_holder(&mut self, held: Held) {
-        self.holders.retain(|h| h.index != held.index);
-        self.holders.push(held);
-        self.holders.sort_by_key(|h| h.index);
-    }
-
-    /// The queue key this waiter watches ahead of it (`key`, its nearest predecessor) is gone.
-    /// True when that moves the waiter up without anything to read: the group is full, so
-    /// whether the predecessor was served or left, no slot is free that this waiter could
-    /// take now, and the waiter watches every change of the holder keys ([`WatchPlan`]'s
-    /// `handoffs`), so a slot handed to it or freed reaches it. False: read the group (a slot
-    /// may be free for it now). A key that is not the nearest predecessor any more (moved up
-    /// already): true, nothing changes.
-    pub fn moved_up(&mut self, key: &[u8], budget: MaxDisruptive) -> bool {
-        if self
-            .nearest_ahead
-            .first()
-            .is_none_or(|k| k.as_slice() != key)
-        {
-            return true;
-        }
-        if !self.none_free(budget) {
-            return false;
-        }
-        self.nearest_ahead.remove(0);
-        self.ahead = self.ahead.saturating_sub(1);
-        self.waiting = self.waiting.saturating_sub(1);
-        true
-    }
-
     /// The slot `node` holds on `lease` (a grant whose answer was lost shows here).
     pub fn held_by(&self, node: &str, lease: i64) -> Option<&Held> {
         self.holders
@@ -357,8 +308,7 @@ impl Snapshot {
     /// A waiter that cannot take one watches as little as will wake it in time (like etcd's
     /// `Mutex.waitDeletes`): the first waiter behind those the free slots go to watches the
     /// releases (the next freed slot is its) and its predecessor; every waiter further back
-    /// watches one key ahead only, woken when that one is served or leaves (see
-    /// [`WatchPlan`]). A release so
+    /// watches its predecessor only, woken when that one is served or leaves. A release so
     /// wakes one waiter and a grant the one behind it, however many wait: the watch messages
     /// per grant do not grow with the slots or the queue.
     pub fn next(&self, budget: MaxDisruptive) -> Next {
@@ -378,12 +328,8 @@ impl Snapshot {
         let free_now = if blocked { 0 } else { free.len() };
         let watch = WatchPlan {
             releases: self.ahead == free_now,
-            key: if self.ahead < HANDOFF_ZONE {
-                self.nearest_ahead.first().cloned()
-            } else {
-                self.nearest_ahead.get(HANDOFF_ZONE - 1).cloned()
-            },
-            handoffs: self.ahead < HANDOFF_ZONE,
+            key: self.nearest_ahead.first().cloned(),
+            handoffs: self.ahead == 0,
         };
         Next::Wait {
             position: self.ahead,
@@ -552,15 +498,6 @@ pub fn delete_plan(key: &str, revision: i64, holder: bool) -> TxnPlan {
 /// slot to the first of these still waiting instead of all but one falling back to a plain
 /// release.
 pub const HANDOFF_CANDIDATES: usize = 5;
-
-/// The first waiters of the queue watch every change of the holder keys (a slot handed to
-/// them is a put): the [`HANDOFF_CANDIDATES`] a release may hand its slot to, and as many
-/// behind them, who move up into reach while a slot turns (entering takes a read, a new watch
-/// and a read again: at 5 slots turning every ~4 ms, a waiter that entered nearer the head
-/// learned of its handoff by that read in half the turns, measured). Each grant so sends up
-/// to this many watch messages (one to the head before); no waiter among them reads while
-/// the group stays full.
-pub const HANDOFF_ZONE: usize = 2 * HANDOFF_CANDIDATES;
 
 /// A waiter at the head of the queue as a releasing holder read it (emergencies first, then
 /// by create revision).
@@ -776,54 +713,15 @@ mod tests {
             watch.key.as_deref(),
             Some(&b"/pg/default/queue/planned/w0"[..])
         );
-        // a release may hand its slot to any of the first HANDOFF_CANDIDATES waiters
-        assert!(watch.handoffs);
-        let Next::Wait { watch, .. } = snap(10, full.clone(), 4).next(count(2)) else {
+        // far back: its predecessor only
+        let Next::Wait { watch, .. } = snap(10, full, 4).next(count(2)) else {
             panic!()
         };
         assert!(!watch.releases);
-        assert!(watch.handoffs);
         assert_eq!(
             watch.key.as_deref(),
             Some(&b"/pg/default/queue/planned/w3"[..])
         );
-        // far back: the key whose leaving brings it within reach of a handoff
-        let mut far = snap(10, full, HANDOFF_ZONE + 2);
-        far.nearest_ahead = (0..=HANDOFF_ZONE)
-            .map(|i| format!("{P}queue/planned/x{i}").into_bytes())
-            .collect();
-        let Next::Wait { watch, .. } = far.next(count(2)) else {
-            panic!()
-        };
-        assert!(!watch.releases);
-        assert!(!watch.handoffs);
-        let last = format!("{P}queue/planned/x{}", HANDOFF_ZONE - 1).into_bytes();
-        assert_eq!(watch.key, Some(last));
-    }
-
-    #[test]
-    fn a_waiter_moves_up_without_a_read_only_while_no_slot_is_free() {
-        let full = vec![holder("a", 0, 7), holder("b", 1, 7)];
-        let mut s = snap(10, full.clone(), 2);
-        let w1 = b"/pg/default/queue/planned/w1".to_vec();
-        let w0 = b"/pg/default/queue/planned/w0".to_vec();
-        assert!(s.moved_up(&w1, count(2)));
-        assert_eq!((s.ahead, s.nearest_ahead.first()), (1, Some(&w0)));
-        // the old predecessor's key again (it asked anew and left): nothing changes
-        assert!(s.moved_up(&w1, count(2)));
-        assert_eq!(s.ahead, 1);
-        // a handoff rewrote slot 1: still full
-        let mut c = holder("c", 1, 8);
-        c.mod_revision = 12;
-        s.note_holder(c);
-        assert_eq!(s.holders.len(), 2);
-        assert!(s.none_free(count(2)));
-        // a slot free: the predecessor's leaving may make this waiter the taker: read
-        let mut s = snap(10, vec![holder("a", 0, 7)], 2);
-        assert!(!s.moved_up(&w1, count(2)));
-        assert_eq!(s.ahead, 2);
-        // a holder above a shrunk budget blocks every grant: nothing free
-        assert!(snap(2, vec![holder("b", 1, 7)], 0).none_free(MaxDisruptive::Percent(50)));
     }
 
     #[test]
