@@ -37,6 +37,14 @@
 //! holders at any revision, and how far any grant overtook earlier waiters (0 = strict FIFO;
 //! below `max` = within one batch of free slots, which the n-th waiter taking the n-th free
 //! slot allows). Results also go to `PLEG_BENCH_OUT` [bench-results/fleet.json].
+//!
+//! `PLEG_BENCH_STEPS=1` adds `fleet-bench-step` lines: a slot's turn cut into its steps by the
+//! product's debug events (target `pleg_guard::fleet::turn`: the handoff seen on the watch,
+//! the release asked, the queue's head read sent and answered, the release Txn sent and
+//! answered) and the bench's own (`noticed`: the member's task saw its grant), p50/p99 of
+//! each, and how the next holder learned of its slot (`handed`: from its watch; `read_held`:
+//! by a read). `PLEG_BENCH_THREADS=N` runs the members on a multi-thread runtime of `N`
+//! workers instead of the current-thread one.
 
 #[path = "../tests/support/etcd.rs"]
 mod etcd;
