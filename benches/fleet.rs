@@ -37,6 +37,14 @@
 //! holders at any revision, and how far any grant overtook earlier waiters (0 = strict FIFO;
 //! below `max` = within one batch of free slots, which the n-th waiter taking the n-th free
 //! slot allows). Results also go to `PLEG_BENCH_OUT` [bench-results/fleet.json].
+//!
+//! `PLEG_BENCH_STEPS=1` adds `fleet-bench-step` lines: a slot's turn cut into its steps by the
+//! product's debug events (target `pleg_guard::fleet::turn`: the handoff seen on the watch,
+//! the release asked, the queue's head read sent and answered, the release Txn sent and
+//! answered) and the bench's own (`noticed`: the member's task saw its grant), p50/p99 of
+//! each, and how the next holder learned of its slot (`handed`: from its watch; `read_held`:
+//! by a read). `PLEG_BENCH_THREADS=N` runs the members on a multi-thread runtime of `N`
+//! workers instead of the current-thread one.
 
 #[path = "../tests/support/etcd.rs"]
 mod etcd;
@@ -53,6 +61,7 @@ use etcd::EtcdCluster;
 use pleg_guard::fleet::{Fleet, FleetSettings, SlotState, Urgency};
 use pleg_guard::target::ActionKind;
 use serde_json::json;
+use tracing_subscriber::layer::SubscriberExt;
 
 fn env_num(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -207,6 +216,179 @@ impl Observer {
     }
 }
 
+/// A slot turn's steps (`PLEG_BENCH_STEPS=1`): the product's debug events of target
+/// [`TURN`](pleg_guard::fleet::etcd::TURN) and the bench's own (`noticed`, the member's task
+/// learned its grant), each with when, the node and a revision.
+mod steps {
+    use std::collections::BTreeMap;
+    use std::sync::Mutex;
+    use std::time::Instant;
+
+    /// (when, node, step, revision)
+    pub type Step = (Instant, String, String, i64);
+
+    static STEPS: Mutex<Vec<Step>> = Mutex::new(Vec::new());
+
+    pub fn on() -> bool {
+        std::env::var("PLEG_BENCH_STEPS").is_ok_and(|v| v == "1")
+    }
+
+    pub fn record(node: &str, step: &str, revision: i64) {
+        let now = Instant::now();
+        STEPS.lock().unwrap_or_else(|p| p.into_inner()).push((
+            now,
+            node.to_owned(),
+            step.to_owned(),
+            revision,
+        ));
+    }
+
+    pub fn take() -> Vec<Step> {
+        std::mem::take(&mut *STEPS.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    #[derive(Default)]
+    struct Fields {
+        node: String,
+        step: String,
+        revision: i64,
+    }
+
+    impl tracing::field::Visit for Fields {
+        fn record_str(&mut self, f: &tracing::field::Field, v: &str) {
+            match f.name() {
+                "node" => self.node = v.to_owned(),
+                "step" => self.step = v.to_owned(),
+                _ => {}
+            }
+        }
+        fn record_i64(&mut self, f: &tracing::field::Field, v: i64) {
+            if f.name() == "revision" {
+                self.revision = v;
+            }
+        }
+        fn record_debug(&mut self, _: &tracing::field::Field, _: &dyn std::fmt::Debug) {}
+    }
+
+    /// Collects the product's turn events.
+    pub struct Collect;
+
+    impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Collect {
+        fn on_event(
+            &self,
+            event: &tracing::Event<'_>,
+            _: tracing_subscriber::layer::Context<'_, S>,
+        ) {
+            if event.metadata().target() != pleg_guard::fleet::etcd::TURN {
+                return;
+            }
+            let mut f = Fields::default();
+            event.record(&mut f);
+            record(&f.node, &f.step, f.revision);
+        }
+    }
+
+    fn ms(a: Instant, b: Instant) -> f64 {
+        if b >= a {
+            b.duration_since(a).as_secs_f64() * 1000.0
+        } else {
+            -(a.duration_since(b).as_secs_f64() * 1000.0)
+        }
+    }
+
+    /// One line per step of a turn: p50/p99 (ms) and how many turns showed it.
+    pub fn report(all: &[Step]) -> Vec<String> {
+        // (node, step, revision) -> when (the first)
+        let mut at: BTreeMap<(&str, &str, i64), Instant> = BTreeMap::new();
+        // revision -> the node that learned of that grant, and how
+        let mut learned: BTreeMap<i64, (&str, &str, Instant)> = BTreeMap::new();
+        for (t, node, step, rev) in all {
+            at.entry((node, step, *rev)).or_insert(*t);
+            if matches!(step.as_str(), "handed" | "read_held" | "granted") {
+                learned.entry(*rev).or_insert((node, step, *t));
+            }
+        }
+        let mut d: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+        let mut how: BTreeMap<&str, usize> = BTreeMap::new();
+        for (t, node, step, r1) in all {
+            if step != "release_answered" {
+                continue;
+            }
+            let _ = t;
+            // this release's grant revision: its release_sent of the same node just before
+            let Some(((_, _, g), sent)) = at
+                .iter()
+                .filter(|((n, s, _), w)| *n == node.as_str() && *s == "release_sent" && **w <= *t)
+                .max_by_key(|(_, w)| **w)
+            else {
+                continue;
+            };
+            let g = *g;
+            let get = |s: &str| at.get(&(node.as_str(), s, g)).copied();
+            let (Some(asked), Some(hs), Some(ha)) = (
+                get("release_asked"),
+                get("heads_sent"),
+                get("heads_answered"),
+            ) else {
+                continue;
+            };
+            if let Some((_, how0, l)) = learned.get(&g) {
+                if let Some(n) = get("noticed") {
+                    d.entry(if *how0 == "handed" {
+                        "1 watch event -> task (noticed)"
+                    } else {
+                        "1' own grant/read -> task"
+                    })
+                    .or_default()
+                    .push(ms(*l, n));
+                    d.entry("2 task -> release asked")
+                        .or_default()
+                        .push(ms(n, asked));
+                }
+            }
+            d.entry("3 release asked -> heads read sent")
+                .or_default()
+                .push(ms(asked, hs));
+            d.entry("4 heads read (linearizable)")
+                .or_default()
+                .push(ms(hs, ha));
+            d.entry("5 heads answered -> release txn sent")
+                .or_default()
+                .push(ms(ha, *sent));
+            d.entry("6 release txn").or_default().push(ms(*sent, *t));
+            match learned.get(r1) {
+                Some((_, how1, l)) => {
+                    *how.entry(how1).or_default() += 1;
+                    d.entry("7 txn sent -> next holder learns")
+                        .or_default()
+                        .push(ms(*sent, *l));
+                    d.entry("7' txn answered -> next holder learns")
+                        .or_default()
+                        .push(ms(*t, *l));
+                    if let Some((_, _, l0)) = learned.get(&g) {
+                        d.entry("T turn: holder learns -> next holder learns")
+                            .or_default()
+                            .push(ms(*l0, *l));
+                    }
+                }
+                None => *how.entry("freed (no handoff)").or_default() += 1,
+            }
+        }
+        let mut out = Vec::new();
+        for (k, mut v) in d {
+            v.sort_by(f64::total_cmp);
+            out.push(format!(
+                "fleet-bench-step {k:<45} n={:<4} p50_ms={:.2} p99_ms={:.2}",
+                v.len(),
+                super::quantile(&v, 0.5),
+                super::quantile(&v, 0.99)
+            ));
+        }
+        out.push(format!("fleet-bench-step next holder learned by: {how:?}"));
+        out
+    }
+}
+
 struct Load {
     members: usize,
     max: usize,
@@ -312,10 +494,18 @@ fn run_load(
     ttl: u64,
 ) -> serde_json::Value {
     let group = format!("load-{n}");
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap_or_else(|e| panic!("tokio runtime: {e}"));
+    // PLEG_BENCH_THREADS=N: a multi-thread runtime of N workers instead (0: current-thread)
+    let threads = env_num("PLEG_BENCH_THREADS", 0) as usize;
+    let rt = if threads == 0 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(threads);
+        b
+    }
+    .enable_all()
+    .build()
+    .unwrap_or_else(|e| panic!("tokio runtime: {e}"));
     let max = load.max.to_string();
     rt.block_on(async {
         let mut fleets: Vec<Fleet> = Vec::new();
@@ -359,8 +549,9 @@ fn run_load(
         let mut tasks = Vec::new();
         // when each member saw its grant: (the grant's revision, when)
         let noticed: Arc<Mutex<Vec<(i64, Instant)>>> = Arc::default();
-        for mut fleet in askers {
+        for (i, mut fleet) in askers.into_iter().enumerate() {
             let noticed = noticed.clone();
+            let node = format!("m{i:04}");
             tasks.push(tokio::spawn(async move {
                 for _ in 0..rounds {
                     fleet.request(ActionKind::RestartKubelet, Urgency::Planned);
@@ -368,6 +559,9 @@ fn run_load(
                         panic!("not granted in 600 s: {:?}", fleet.state());
                     }
                     if let SlotState::Granted { revision, .. } = fleet.state() {
+                        if steps::on() {
+                            steps::record(&node, "noticed", revision);
+                        }
                         noticed
                             .lock()
                             .unwrap_or_else(|p| p.into_inner())
@@ -435,6 +629,11 @@ fn run_load(
             quantile(&notice, 0.5),
             quantile(&notice, 0.99),
         );
+        if steps::on() {
+            for l in steps::report(&steps::take()) {
+                println!("{l}");
+            }
+        }
         assert!(most <= load.max, "{most} holders at once in etcd's history, max {}", load.max);
         json!({
             "members": load.members, "max": load.max, "hold_ms": load.hold_ms,
@@ -470,6 +669,11 @@ fn main() {
         return;
     }
     raise_fd_limit();
+    if steps::on() {
+        let _ = tracing::subscriber::set_global_default(
+            tracing_subscriber::registry().with(steps::Collect),
+        );
+    }
     let rounds = env_num("PLEG_BENCH_ROUNDS", 4).max(1) as usize;
     let idle_secs = env_num("PLEG_BENCH_IDLE_SECS", 20).max(5);
     let ttl = env_num("PLEG_BENCH_TTL", 30).max(5);

@@ -29,7 +29,7 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use super::etcd::{Connection, KeepAlive, Me, TlsMaterial, classify};
+use super::etcd::{Connection, KeepAlive, Me, TlsMaterial, classify, turn_step};
 use super::group::{Held, HolderValue, Keys, MemberValue, Next, QueueValue, Snapshot, WatchPlan};
 use super::storm::Health;
 use super::{
@@ -326,6 +326,7 @@ impl Actor {
                                 self.freed.push(i);
                             } else if let Some(grant) = self.handed(i, kv) {
                                 // a releasing holder handed this node its slot: no read
+                                turn_step!(self.s.node.as_str(), "handed", grant.revision);
                                 self.granted = Some(grant);
                                 self.queued = None;
                                 self.queue = None;
@@ -452,6 +453,7 @@ impl Actor {
             Command::Release => {
                 self.want = None;
                 if let Some(g) = self.granted.take() {
+                    turn_step!(self.s.node.as_str(), "release_asked", g.revision);
                     self.to_release.push((g.index, g.revision));
                     if let Some(s) = self.snapshot.as_mut() {
                         s.holders.retain(|h| h.index != g.index);
@@ -631,6 +633,7 @@ impl Actor {
             if let Some(h) = snap.held_by(&self.s.node, lease) {
                 // granted, the answer lost on the way (or this read came first, or a
                 // releasing holder handed it over)
+                turn_step!(self.s.node.as_str(), "read_held", h.mod_revision);
                 self.granted = Some(Grant::of(h));
                 self.queued = None;
                 break;
@@ -669,6 +672,7 @@ impl Actor {
                         .await?
                     {
                         Ok(revision) => {
+                            turn_step!(self.s.node.as_str(), "granted", revision);
                             snap.holders.push(Held {
                                 index,
                                 value: serde_json::from_slice(&value).ok(),

@@ -418,10 +418,24 @@ fn raw(kv: &etcd_client::KeyValue) -> RawKv<'_> {
     }
 }
 
+/// The `tracing` target of a slot turn's steps (debug level, off unless a subscriber asks for
+/// it: `benches/fleet.rs` with `PLEG_BENCH_STEPS=1`): `node`, `step`, `revision`.
+pub const TURN: &str = "pleg_guard::fleet::turn";
+
+/// One step of a slot turn, for [`TURN`].
+macro_rules! turn_step {
+    ($node:expr, $step:literal, $revision:expr) => {
+        tracing::debug!(target: "pleg_guard::fleet::turn", node = $node, step = $step, revision = $revision)
+    };
+}
+pub(crate) use turn_step;
+
 /// A connected client.
 pub struct Connection {
     client: Client,
     timeout: Duration,
+    /// This node (for [`TURN`] only).
+    node: String,
 }
 
 /// This node's place in the queue: its queue key's urgency and create revision.
@@ -478,6 +492,7 @@ impl Connection {
         Ok(Connection {
             client,
             timeout: s.request_timeout,
+            node: s.node.clone(),
         })
     }
 
@@ -865,7 +880,9 @@ impl Connection {
         grant_revision: i64,
         budget: MaxDisruptive,
     ) -> Result<Released, FleetError> {
+        turn_step!(self.node.as_str(), "heads_sent", grant_revision);
         let (members, heads) = self.heads(keys, HANDOFF_CANDIDATES).await?;
+        turn_step!(self.node.as_str(), "heads_answered", grant_revision);
         self.release_to(keys, index, grant_revision, budget.slots(members), &heads)
             .await
     }
@@ -891,7 +908,13 @@ impl Connection {
         );
         let handing = plan.is_some();
         let plan = plan.unwrap_or_else(|| delete_plan(&keys.holder(index), grant_revision, true));
+        turn_step!(self.node.as_str(), "release_sent", grant_revision);
         let resp = bounded(t, "release", self.client.txn(txn_of(&plan))).await?;
+        turn_step!(
+            self.node.as_str(),
+            "release_answered",
+            resp.header().map_or(0, |h| h.revision())
+        );
         Ok(
             if handing && handed_over(resp.succeeded(), &resp.op_responses()) {
                 Released::HandedOver
