@@ -496,6 +496,23 @@ impl Actor {
         Ok(snap)
     }
 
+    /// Withdraw this node's request from the queue (it is forgotten once etcd answered); a
+    /// slot a releasing holder handed it meanwhile comes back, for the caller to keep or give
+    /// back.
+    async fn withdraw(
+        &mut self,
+        session: &mut Session,
+        me: &Me,
+        lease: i64,
+    ) -> Result<Option<Held>, FleetError> {
+        let handed = session
+            .conn
+            .withdraw(&self.keys, &self.s.node, me, lease)
+            .await?;
+        self.queued = None;
+        Ok(handed)
+    }
+
     /// Give back every slot to release (each handed on to the head of the queue, or freed);
     /// one whose release failed stays, to be sent again after reconnecting.
     async fn release_all(&mut self, session: &mut Session) -> Result<(), FleetError> {
@@ -550,12 +567,7 @@ impl Actor {
                 session.watch = None;
                 self.queue = None;
                 if let Some((me, _)) = self.queued {
-                    let handed = session
-                        .conn
-                        .withdraw(&self.keys, &self.s.node, &me, lease)
-                        .await?;
-                    self.queued = None;
-                    if let Some(h) = handed {
+                    if let Some(h) = self.withdraw(session, &me, lease).await? {
                         // a releasing holder handed this node its slot as it withdrew: give
                         // it back at once (on to the next in line)
                         self.to_release.push((h.index, h.mod_revision));
@@ -568,12 +580,7 @@ impl Actor {
         if let Some((me, _)) = self.queued.filter(|(me, _)| me.urgency != want.urgency) {
             // an emergency now: to the emergency queue, unless the planned request was handed
             // a slot meanwhile (then that slot is this node's)
-            let handed = session
-                .conn
-                .withdraw(&self.keys, &self.s.node, &me, lease)
-                .await?;
-            self.queued = None;
-            if let Some(h) = handed {
+            if let Some(h) = self.withdraw(session, &me, lease).await? {
                 self.granted = Some(Grant::of(&h));
                 session.watch = None;
                 self.queue = None;
