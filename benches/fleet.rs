@@ -40,11 +40,18 @@
 //!
 //! `PLEG_BENCH_STEPS=1` adds `fleet-bench-step` lines: a slot's turn cut into its steps by the
 //! product's debug events (target `pleg_guard::fleet::turn`: the handoff seen on the watch,
-//! the release asked, the queue's head read sent and answered, the release Txn sent and
-//! answered) and the bench's own (`noticed`: the member's task saw its grant), p50/p99 of
-//! each, and how the next holder learned of its slot (`handed`: from its watch; `read_held`:
-//! by a read). `PLEG_BENCH_THREADS=N` runs the members on a multi-thread runtime of `N`
+//! the release asked, the queue's head read sent and answered or known from the waiters read
+//! behind the holder (`heads_known`), the release Txn sent and answered) and the bench's own
+//! (`noticed`: the member's task saw its grant), p50/p99 of each, how the next holder learned
+//! of its slot (`handed`: from its watch; `read_held`: by a read) and how many releases read
+//! the head first. `PLEG_BENCH_THREADS=N` runs the members on a multi-thread runtime of `N`
 //! workers instead of the current-thread one.
+//!
+//! A third line per load, `fleet-bench-cost`, says what a grant cost the machine: CPU
+//! milliseconds of the three etcd members together (`process_cpu_seconds_total`) and of this
+//! process (every member's client, the observer), and the gRPC messages etcd received per
+//! grant by method. `PLEG_ETCD_PPROF=1` starts the members with `--enable-pprof`, for
+//! `go tool pprof` on their client URLs.
 
 #[path = "../tests/support/etcd.rs"]
 mod etcd;
@@ -106,12 +113,52 @@ fn sum(text: &str, metric: &str, with: &str) -> f64 {
 }
 
 /// etcd's own counters at one moment.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 struct Counters {
     received: f64,
     watch_sent: f64,
     proposals: f64,
     revision: f64,
+    /// CPU seconds of every etcd member (`process_cpu_seconds_total`).
+    etcd_cpu_s: f64,
+    /// CPU seconds of this process (every member client, the observer).
+    client_cpu_s: f64,
+    /// gRPC messages received, by method, over every member.
+    by_method: BTreeMap<String, f64>,
+}
+
+/// This process's CPU time (user + system), from `/proc/self/stat`.
+fn own_cpu_s() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    // after the command's closing parenthesis: state is field 3, utime 14, stime 15
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return 0.0;
+    };
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // CLK_TCK is 100 on Linux x86_64
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// gRPC messages received by method in Prometheus text.
+fn received_by_method(text: &str, into: &mut BTreeMap<String, f64>) {
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("grpc_server_msg_received_total{") else {
+            continue;
+        };
+        let Some((labels, value)) = rest.split_once('}') else {
+            continue;
+        };
+        let method = labels
+            .split(',')
+            .find_map(|l| l.strip_prefix("grpc_method=\""))
+            .map(|m| m.trim_end_matches('"').to_owned());
+        if let (Some(m), Ok(v)) = (method, value.trim().parse::<f64>()) {
+            *into.entry(m).or_default() += v;
+        }
+    }
 }
 
 fn counters(etcd: &EtcdCluster) -> Counters {
@@ -132,6 +179,18 @@ fn counters(etcd: &EtcdCluster) -> Counters {
             .sum(),
         proposals: sum(&texts[0], "etcd_server_proposals_committed_total", ""),
         revision: etcd.revision().unwrap_or_else(|e| panic!("revision: {e}")) as f64,
+        etcd_cpu_s: texts
+            .iter()
+            .map(|t| sum(t, "process_cpu_seconds_total", ""))
+            .sum(),
+        client_cpu_s: own_cpu_s(),
+        by_method: {
+            let mut m = BTreeMap::new();
+            for t in &texts {
+                received_by_method(t, &mut m);
+            }
+            m
+        },
     }
 }
 
@@ -325,11 +384,7 @@ mod steps {
             };
             let g = *g;
             let get = |s: &str| at.get(&(node.as_str(), s, g)).copied();
-            let (Some(asked), Some(hs), Some(ha)) = (
-                get("release_asked"),
-                get("heads_sent"),
-                get("heads_answered"),
-            ) else {
+            let Some(asked) = get("release_asked") else {
                 continue;
             };
             if let Some((_, how0, l)) = learned.get(&g) {
@@ -346,15 +401,27 @@ mod steps {
                         .push(ms(n, asked));
                 }
             }
-            d.entry("3 release asked -> heads read sent")
-                .or_default()
-                .push(ms(asked, hs));
-            d.entry("4 heads read (linearizable)")
-                .or_default()
-                .push(ms(hs, ha));
-            d.entry("5 heads answered -> release txn sent")
-                .or_default()
-                .push(ms(ha, *sent));
+            match (get("heads_sent"), get("heads_answered")) {
+                (Some(hs), Some(ha)) => {
+                    *how.entry("release read the head").or_default() += 1;
+                    d.entry("3 release asked -> heads read sent")
+                        .or_default()
+                        .push(ms(asked, hs));
+                    d.entry("4 heads read (linearizable)")
+                        .or_default()
+                        .push(ms(hs, ha));
+                    d.entry("5 heads answered -> release txn sent")
+                        .or_default()
+                        .push(ms(ha, *sent));
+                }
+                _ => {
+                    // the waiters read behind it while it waited (heads_known)
+                    *how.entry("release knew the head").or_default() += 1;
+                    d.entry("3k release asked -> release txn sent (head known)")
+                        .or_default()
+                        .push(ms(asked, *sent));
+                }
+            }
             d.entry("6 release txn").or_default().push(ms(*sent, *t));
             match learned.get(r1) {
                 Some((_, how1, l)) => {
@@ -375,6 +442,11 @@ mod steps {
             }
         }
         let mut out = Vec::new();
+        let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+        for (_, _, step, _) in all {
+            *counts.entry(step.as_str()).or_default() += 1;
+        }
+        out.push(format!("fleet-bench-step events: {counts:?}"));
         for (k, mut v) in d {
             v.sort_by(f64::total_cmp);
             out.push(format!(
@@ -384,7 +456,9 @@ mod steps {
                 super::quantile(&v, 0.99)
             ));
         }
-        out.push(format!("fleet-bench-step next holder learned by: {how:?}"));
+        out.push(format!(
+            "fleet-bench-step next holder learned by (and releases' heads): {how:?}"
+        ));
         out
     }
 }
@@ -629,6 +703,23 @@ fn run_load(
             quantile(&notice, 0.5),
             quantile(&notice, 0.99),
         );
+        let per_method: Vec<String> = after
+            .by_method
+            .iter()
+            .map(|(m, v)| (m, v - before.by_method.get(m).copied().unwrap_or(0.0)))
+            .filter(|(_, d)| *d > 0.0)
+            .map(|(m, d)| format!("{m}={:.2}", d / grants))
+            .collect();
+        let cost = format!(
+            "fleet-bench-cost members={} max={} hold_ms={} etcd_cpu_ms_per_grant={:.2} client_cpu_ms_per_grant={:.2} received_per_grant: {}",
+            load.members,
+            load.max,
+            load.hold_ms,
+            (after.etcd_cpu_s - before.etcd_cpu_s) * 1000.0 / grants,
+            (after.client_cpu_s - before.client_cpu_s) * 1000.0 / grants,
+            per_method.join(" "),
+        );
+        println!("{cost}");
         if steps::on() {
             for l in steps::report(&steps::take()) {
                 println!("{l}");
@@ -651,6 +742,7 @@ fn run_load(
             "idle_requests_per_node_h": idle_per_node_h,
             "max_holders_in_history": most,
             "fifo_most_overtaken": overtaken,
+            "cost": cost,
         })
     })
 }

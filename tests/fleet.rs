@@ -1148,7 +1148,8 @@ fn a_release_hands_its_slot_over_or_falls_back_to_a_plain_release() {
                 )
                 .await
                 .unwrap()
-                .expect("x granted");
+                .expect("x granted")
+                .0;
             let (g_lease, _g_alive) = conn.new_lease(secs(30)).await.unwrap();
             let (g_me, _) = conn
                 .join(&keys, "g", Urgency::Planned, value("g"), g_lease, 1)
@@ -1174,6 +1175,109 @@ fn a_release_hands_its_slot_over_or_falls_back_to_a_plain_release() {
             assert_eq!(replay.handoffs, 0, "{:?}", replay.holders);
             conn.revoke(x_lease).await.unwrap();
         }
+    });
+}
+
+/// The waiters a node reads behind it (with its reads while it waits, and with its own grant)
+/// are those after it in queue order, and a release through them hands the slot to the first
+/// still waiting without a read of the queue's head; an emergency that joined after they were
+/// read still goes first: the offers to the planned waiters fail and the slot is freed.
+#[test]
+fn a_release_through_the_waiters_read_behind_it_keeps_the_queue_order() {
+    use pleg_guard::fleet::MaxDisruptive;
+    use pleg_guard::fleet::etcd::{Connection, Released, TlsMaterial};
+    use pleg_guard::fleet::group::{Keys, QueueValue};
+
+    let Some(etcd) = require_etcd(3) else {
+        return;
+    };
+    let rt = runtime();
+    rt.block_on(async {
+        let group = "successors";
+        let s = settings(&etcd, group, "x", "1");
+        let tls = TlsMaterial::load(s.tls.as_ref()).unwrap();
+        let mut conn = Connection::open(&s, &tls).await.unwrap();
+        let keys = Keys::new(&s.group_prefix());
+        let value = |node: &str, urgency: Urgency| {
+            serde_json::to_vec(&QueueValue {
+                node: node.to_owned(),
+                action: "restart-kubelet".to_owned(),
+                urgency,
+                since: std::time::SystemTime::now(),
+            })
+            .unwrap()
+        };
+        let holder = |node: &str| {
+            format!(r#"{{"node":"{node}","action":"restart-kubelet","urgency":"planned","since":"2026-12-05T00:00:00Z","granted_at":"2026-12-05T00:00:00Z"}}"#).into_bytes()
+        };
+        let mut leases = Vec::new();
+        let mut me = BTreeMap::new();
+        for node in ["x", "y", "z"] {
+            let (lease, alive) = conn.new_lease(secs(30)).await.unwrap();
+            let (m, _) = conn
+                .join(&keys, node, Urgency::Planned, value(node, Urgency::Planned), lease, 1)
+                .await
+                .unwrap();
+            leases.push((node, lease, alive));
+            me.insert(node, (m, lease));
+        }
+        let names = |b: &pleg_guard::fleet::group::Successors| {
+            b.heads.iter().map(|h| h.value.node.clone()).collect::<Vec<_>>()
+        };
+        let (x_me, x_lease) = me["x"];
+        let snap = conn.snapshot(&keys, "x", Some(&x_me), 1).await.unwrap();
+        let read = snap.behind.expect("a waiter's read brings the waiters behind it");
+        assert_eq!(names(&read), ["y", "z"]);
+        let (x_grant, behind) = conn
+            .grant(&keys, "x", &x_me, 0, 1, holder("x"), x_lease, snap.revision, 1)
+            .await
+            .unwrap()
+            .expect("x granted");
+        assert_eq!(names(&behind), ["y", "z"], "read with the grant");
+
+        let count = MaxDisruptive::Count(std::num::NonZeroU32::MIN);
+        let released = conn
+            .release(&keys, 0, x_grant, count, Some(&behind))
+            .await
+            .unwrap();
+        assert_eq!(released, Released::HandedOver);
+
+        // y holds; an emergency joins; y's release through what it read behind it (z) must
+        // not pass the emergency by
+        let (y_me, y_lease) = me["y"];
+        let y_snap = conn.snapshot(&keys, "y", Some(&y_me), 1).await.unwrap();
+        let y_behind = y_snap.behind.clone().expect("the waiters behind y");
+        assert_eq!(names(&y_behind), ["z"]);
+        let y_grant = y_snap
+            .held_by("y", y_lease)
+            .expect("y holds the slot handed to it")
+            .mod_revision;
+        let (e_lease, _e_alive) = conn.new_lease(secs(30)).await.unwrap();
+        let (e_me, _) = conn
+            .join(&keys, "e", Urgency::Emergency, value("e", Urgency::Emergency), e_lease, 1)
+            .await
+            .unwrap();
+        let e_snap = conn.snapshot(&keys, "e", Some(&e_me), 1).await.unwrap();
+        assert_eq!(
+            names(&e_snap.behind.expect("the waiters behind e")),
+            ["z"],
+            "behind an emergency: the planned queue's head"
+        );
+        let released = conn
+            .release(&keys, 0, y_grant, count, Some(&y_behind))
+            .await
+            .unwrap();
+        assert_eq!(released, Released::Freed, "z is behind the emergency");
+        // one Replay at the end (it marks the history's end in the group's holder keys)
+        let replay = Replay::of(&etcd, group);
+        assert_eq!(replay.handoffs, 1, "{:?}", replay.holders);
+        assert_eq!(replay.grants_of("y").len(), 1, "{:?}", replay.holders);
+        assert!(replay.grants_of("z").is_empty(), "{:?}", replay.holders);
+        assert_eq!(replay.max_holders().0, 1, "{:?}", replay.holders);
+        for (_, lease, _) in &leases {
+            conn.revoke(*lease).await.unwrap();
+        }
+        conn.revoke(e_lease).await.unwrap();
     });
 }
 

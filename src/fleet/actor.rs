@@ -11,10 +11,14 @@
 //!   sends costs one read (the next in line tries a freed slot at once); a waiter among the
 //!   first `max` also reads again every [`WAIT_RECHECK`] (a share budget grows with members
 //!   that join, which no watch reports);
-//! - holding: nothing until the release: one read of the queue's head and one
-//!   transaction that hands the slot to the first waiter there still waiting, or deletes it
-//!   ([`handoff_plan`](super::group::handoff_plan)). The head of the queue learns of a slot
-//!   handed to it from its watch (the holder key's put names it on its lease), without a read.
+//! - holding: nothing until the release: one transaction that hands the slot to the first
+//!   waiter at the head of the queue still waiting, or deletes it
+//!   ([`handoff_plan`](super::group::handoff_plan)). The waiters it offers the slot to are
+//!   those its own reads showed right behind it while it waited (and its grant, when it took
+//!   the slot itself) if that was within [`SUCCESSORS_FRESH_FOR`] with a count budget
+//!   ([`Successors::usable`]); else one read of the queue's head comes first. The head of the
+//!   queue learns of a slot handed to it from its watch (the holder key's put names it on its
+//!   lease), without a read.
 //!
 //! One connection at a time. Any failure drops it and the task reconnects with a backoff of
 //! 1 s doubling to 10 s; on reconnect it keeps its old lease when etcd still has it (so a
@@ -30,7 +34,11 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use super::etcd::{Connection, KeepAlive, Me, TlsMaterial, classify, turn_step};
-use super::group::{Held, HolderValue, Keys, MemberValue, Next, QueueValue, Snapshot, WatchPlan};
+#[cfg(doc)]
+use super::group::SUCCESSORS_FRESH_FOR;
+use super::group::{
+    Held, HolderValue, Keys, MemberValue, Next, QueueValue, Snapshot, Successors, WatchPlan,
+};
 use super::storm::Health;
 use super::{
     Command, FleetError, FleetSettings, FleetView, GroupHealth, Holder, Shared, SlotState, Urgency,
@@ -132,6 +140,16 @@ impl Grant {
     }
 }
 
+/// A slot to give back.
+#[derive(Debug, Clone)]
+struct ToRelease {
+    index: usize,
+    /// The grant's revision.
+    revision: i64,
+    /// The waiters read behind this node before the grant.
+    behind: Option<Successors>,
+}
+
 /// One live connection.
 struct Session {
     conn: Connection,
@@ -150,8 +168,10 @@ pub(crate) struct Actor {
     /// This node's queue key, and the action its value names.
     queued: Option<(Me, ActionKind)>,
     granted: Option<Grant>,
-    /// Slots to give back (index, the grant's revision).
-    to_release: Vec<(usize, i64)>,
+    /// The waiters read behind this node when it was granted its slot (for the release).
+    behind: Option<Successors>,
+    /// Slots to give back.
+    to_release: Vec<ToRelease>,
     queue: Option<(usize, usize, usize)>,
     lease: Option<i64>,
     last_ack: Instant,
@@ -193,6 +213,7 @@ impl Actor {
             want: None,
             queued: None,
             granted: None,
+            behind: None,
             to_release: Vec::new(),
             queue: None,
             lease: None,
@@ -314,6 +335,7 @@ impl Actor {
                         if resp.created()
                             && self.snapshot.as_ref().is_some_and(|s| created_at > s.revision)
                         {
+                            turn_step!(self.s.node.as_str(), "watch_past_read", created_at);
                             self.stale = true;
                             dirty = true;
                         }
@@ -328,6 +350,8 @@ impl Actor {
                                 // a releasing holder handed this node its slot: no read
                                 turn_step!(self.s.node.as_str(), "handed", grant.revision);
                                 self.granted = Some(grant);
+                                self.behind =
+                                    self.snapshot.as_ref().and_then(|s| s.behind.clone());
                                 self.queued = None;
                                 self.queue = None;
                                 self.stale = false;
@@ -454,7 +478,11 @@ impl Actor {
                 self.want = None;
                 if let Some(g) = self.granted.take() {
                     turn_step!(self.s.node.as_str(), "release_asked", g.revision);
-                    self.to_release.push((g.index, g.revision));
+                    self.to_release.push(ToRelease {
+                        index: g.index,
+                        revision: g.revision,
+                        behind: self.behind.take(),
+                    });
                     if let Some(s) = self.snapshot.as_mut() {
                         s.holders.retain(|h| h.index != g.index);
                     }
@@ -516,10 +544,16 @@ impl Actor {
     /// Give back every slot to release (each handed on to the head of the queue, or freed);
     /// one whose release failed stays, to be sent again after reconnecting.
     async fn release_all(&mut self, session: &mut Session) -> Result<(), FleetError> {
-        while let Some((index, revision)) = self.to_release.last().copied() {
+        while let Some(r) = self.to_release.last() {
             session
                 .conn
-                .release(&self.keys, index, revision, self.s.max_disruptive)
+                .release(
+                    &self.keys,
+                    r.index,
+                    r.revision,
+                    self.s.max_disruptive,
+                    r.behind.as_ref(),
+                )
                 .await?;
             self.to_release.pop();
         }
@@ -570,7 +604,11 @@ impl Actor {
                     if let Some(h) = self.withdraw(session, &me, lease).await? {
                         // a releasing holder handed this node its slot as it withdrew: give
                         // it back at once (on to the next in line)
-                        self.to_release.push((h.index, h.mod_revision));
+                        self.to_release.push(ToRelease {
+                            index: h.index,
+                            revision: h.mod_revision,
+                            behind: None,
+                        });
                         self.release_all(session).await?;
                     }
                 }
@@ -582,6 +620,7 @@ impl Actor {
             // a slot meanwhile (then that slot is this node's)
             if let Some(h) = self.withdraw(session, &me, lease).await? {
                 self.granted = Some(Grant::of(&h));
+                self.behind = None;
                 session.watch = None;
                 self.queue = None;
                 return Ok(());
@@ -623,6 +662,7 @@ impl Actor {
                         s
                     }
                     _ => {
+                        turn_step!(self.s.node.as_str(), "waiter_read", me.create_revision);
                         session
                             .conn
                             .snapshot(&self.keys, &self.s.node, Some(&me), depth)
@@ -642,6 +682,7 @@ impl Actor {
                 // releasing holder handed it over)
                 turn_step!(self.s.node.as_str(), "read_held", h.mod_revision);
                 self.granted = Some(Grant::of(h));
+                self.behind = snap.behind.clone();
                 self.queued = None;
                 break;
             }
@@ -678,8 +719,9 @@ impl Actor {
                         )
                         .await?
                     {
-                        Ok(revision) => {
+                        Ok((revision, behind)) => {
                             turn_step!(self.s.node.as_str(), "granted", revision);
+                            self.behind = Some(behind);
                             snap.holders.push(Held {
                                 index,
                                 value: serde_json::from_slice(&value).ok(),

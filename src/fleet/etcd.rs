@@ -18,8 +18,8 @@ use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName}
 
 use super::Urgency;
 use super::group::{
-    Cmp, Cond, HANDOFF_CANDIDATES, Head, Held, Keys, Op, RawKv, Snapshot, TxnPlan, WatchPlan,
-    delete_plan, grant_plan, handoff_plan,
+    Cmp, Cond, HANDOFF_CANDIDATES, Head, Held, Keys, Op, RawKv, Snapshot, Successors, TxnPlan,
+    WatchPlan, delete_plan, grant_plan, handoff_plan, successors_wanted,
 };
 use super::{FleetError, FleetSettings, TlsFiles};
 use super::{MaxDisruptive, Urgency as U};
@@ -339,6 +339,11 @@ async fn bounded<T>(
 
 /// A transaction of [`super::group`] as etcd takes it.
 fn txn_of(plan: &TxnPlan) -> Txn {
+    txn_reading(plan, Vec::new())
+}
+
+/// [`txn_of`], with reads `also` after the writes when the compares hold.
+fn txn_reading(plan: &TxnPlan, also: Vec<TxnOp>) -> Txn {
     let when: Vec<Compare> = plan
         .when
         .iter()
@@ -376,6 +381,7 @@ fn txn_of(plan: &TxnPlan) -> Txn {
             ),
             Op::Delete { key } => TxnOp::delete(key.clone(), None),
         })
+        .chain(also)
         .collect();
     let txn = Txn::new().when(when).and_then(then);
     match &plan.otherwise {
@@ -579,8 +585,54 @@ impl Connection {
                 keys.queued(me.urgency, node),
                 Some(GetOptions::new().with_keys_only()),
             ));
+            ops.extend(Self::successors_ops(keys, me, depth));
         }
         ops
+    }
+
+    /// The waiters right behind `me` (values and leases, at most
+    /// [`successors_wanted`]`(depth)`, in queue order): those after it in its own queue and,
+    /// behind an emergency, the head of the planned queue. None for a node joining in the same
+    /// transaction (nobody is behind its brand-new key but, for an emergency, planned waiters
+    /// it will learn of at its next read).
+    fn successors_ops(keys: &Keys, me: &Me, depth: usize) -> Vec<TxnOp> {
+        if me.create_revision <= 0 {
+            return Vec::new();
+        }
+        let limit = i64::try_from(successors_wanted(depth)).unwrap_or(i64::MAX);
+        let after = |u: U, revision: i64| {
+            let mut o = GetOptions::new()
+                .with_prefix()
+                .with_sort(SortTarget::Create, SortOrder::Ascend)
+                .with_limit(limit);
+            if revision > 0 {
+                o = o.with_min_create_revision(revision + 1);
+            }
+            TxnOp::get(keys.queue(u), Some(o))
+        };
+        let mut ops = vec![after(me.urgency, me.create_revision)];
+        if me.urgency == U::Emergency {
+            ops.push(after(U::Planned, 0));
+        }
+        ops
+    }
+
+    /// Read the answers of [`Connection::successors_ops`].
+    fn successors_of(answers: &[TxnOpResponse], depth: usize) -> Successors {
+        let heads = answers
+            .iter()
+            .filter_map(|a| match a {
+                TxnOpResponse::Get(g) => Some(g.kvs()),
+                _ => None,
+            })
+            .flatten()
+            .filter_map(|kv| Head::of(raw(kv)))
+            .take(successors_wanted(depth))
+            .collect();
+        Successors {
+            heads,
+            read_at: std::time::Instant::now(),
+        }
     }
 
     /// Read the answers of [`Connection::snapshot_ops`].
@@ -588,6 +640,7 @@ impl Connection {
         keys: &Keys,
         me: Option<&Me>,
         node: &str,
+        depth: usize,
         revision: i64,
         answers: &[TxnOpResponse],
     ) -> Result<Snapshot, FleetError> {
@@ -626,6 +679,9 @@ impl Connection {
                     .extend(get(5)?.kvs().iter().map(|kv| kv.key().to_vec()));
             }
             s.queued = Some(!get(6)?.kvs().is_empty());
+            if me.create_revision > 0 {
+                s.behind = Some(Self::successors_of(answers.get(7..).unwrap_or(&[]), depth));
+            }
         }
         Ok(s)
     }
@@ -645,7 +701,7 @@ impl Connection {
         let txn = Txn::new().and_then(Self::snapshot_ops(keys, me, node, depth));
         let resp = bounded(t, "read the group", self.client.txn(txn)).await?;
         let revision = resp.header().map_or(0, |h| h.revision());
-        Self::snapshot_of(keys, me, node, revision, &resp.op_responses())
+        Self::snapshot_of(keys, me, node, depth, revision, &resp.op_responses())
     }
 
     /// Join the queue in one transaction: write this node's queue key unless it is there
@@ -690,6 +746,7 @@ impl Connection {
                 keys,
                 Some(&joining),
                 node,
+                depth,
                 revision,
                 answers.get(1..).unwrap_or(&[]),
             )?;
@@ -715,7 +772,9 @@ impl Connection {
     /// The grant: take slot `index` of `max` in one transaction, if and only if the slot is
     /// free, no holder sits at an index `>= max`, this node's queue key is still the one it
     /// created, and (for a planned request) no emergency joined since `read_revision`.
-    /// Granted: the revision. Not granted: a fresh snapshot (read in the same call).
+    /// Granted: the revision, and the waiters right behind this node at that revision (read
+    /// in the same call, for the release). Not granted: a fresh snapshot (read in the same
+    /// call).
     #[allow(clippy::too_many_arguments)]
     pub async fn grant(
         &mut self,
@@ -728,7 +787,7 @@ impl Connection {
         lease: i64,
         read_revision: i64,
         depth: usize,
-    ) -> Result<Result<i64, Snapshot>, FleetError> {
+    ) -> Result<Result<(i64, Successors), Snapshot>, FleetError> {
         let t = self.timeout;
         let queued = keys.queued(me.urgency, node);
         let plan = grant_plan(
@@ -742,13 +801,17 @@ impl Connection {
             lease,
             read_revision,
         );
-        let txn = txn_of(&plan).or_else(Self::snapshot_ops(keys, Some(me), node, depth));
+        let writes = plan.then.len();
+        let txn = txn_reading(&plan, Self::successors_ops(keys, me, depth))
+            .or_else(Self::snapshot_ops(keys, Some(me), node, depth));
         let resp = bounded(t, "grant transaction", self.client.txn(txn)).await?;
         let revision = resp.header().map_or(0, |h| h.revision());
+        let answers = resp.op_responses();
         if resp.succeeded() {
-            return Ok(Ok(revision));
+            let behind = Self::successors_of(answers.get(writes..).unwrap_or(&[]), depth);
+            return Ok(Ok((revision, behind)));
         }
-        Self::snapshot_of(keys, Some(me), node, revision, &resp.op_responses()).map(Err)
+        Self::snapshot_of(keys, Some(me), node, depth, revision, &answers).map(Err)
     }
 
     /// Delete queue key `key` if it is still the one created at `create_revision` (a
@@ -868,18 +931,27 @@ impl Connection {
         Ok((members, heads))
     }
 
-    /// Give slot `index` (granted at `grant_revision`) back: read the head of the queue and,
-    /// in one transaction, hand the slot straight to the first waiter there still waiting
-    /// ([`handoff_plan`]), or, when none can take it (nobody waits, the waiters read were
-    /// served or left meanwhile, someone joined ahead of them, the budget shrank), delete the
-    /// holder key if it is still this grant's.
+    /// Give slot `index` (granted at `grant_revision`) back: read the head of the queue (or
+    /// take the waiters read behind this node, `behind`, when they may still be used:
+    /// [`Successors::usable`]) and, in one transaction, hand the slot straight to the first
+    /// waiter there still waiting ([`handoff_plan`]), or, when none can take it (nobody waits,
+    /// the waiters read were served or left meanwhile, someone joined ahead of them, the
+    /// budget shrank), delete the holder key if it is still this grant's.
     pub async fn release(
         &mut self,
         keys: &Keys,
         index: usize,
         grant_revision: i64,
         budget: MaxDisruptive,
+        behind: Option<&Successors>,
     ) -> Result<Released, FleetError> {
+        if let Some((max, heads)) = behind.and_then(|b| b.usable(budget, std::time::Instant::now()))
+        {
+            turn_step!(self.node.as_str(), "heads_known", grant_revision);
+            return self
+                .release_to(keys, index, grant_revision, max, heads)
+                .await;
+        }
         turn_step!(self.node.as_str(), "heads_sent", grant_revision);
         let (members, heads) = self.heads(keys, HANDOFF_CANDIDATES).await?;
         turn_step!(self.node.as_str(), "heads_answered", grant_revision);

@@ -25,7 +25,7 @@
 //! (with its lease and node). The transactions are data ([`TxnPlan`]), so the tests run them
 //! on a fake store.
 
-use std::time::SystemTime;
+use std::time::{Duration, Instant, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
@@ -248,6 +248,9 @@ pub struct Snapshot {
     pub nearest_ahead: Vec<Vec<u8>>,
     /// Whether this node's queue key is there (None: it was not asked about).
     pub queued: Option<bool>,
+    /// The waiters right behind this node, as this read showed them (None: not asked): the
+    /// ones the release of a slot it is granted next would hand on to.
+    pub behind: Option<Successors>,
 }
 
 /// What a waiter watches until something may have changed for it: etcd sends it a message
@@ -499,6 +502,48 @@ pub fn delete_plan(key: &str, revision: i64, holder: bool) -> TxnPlan {
 /// release.
 pub const HANDOFF_CANDIDATES: usize = 5;
 
+/// The most waiters one release offers its slot to (the nested transaction's depth).
+pub const MAX_OFFERS: usize = 16;
+
+/// How long the waiters read behind a node stay good enough to hand its slot to without
+/// reading the queue's head again. A slot turned over within it (a burst of short repairs)
+/// is released in one round trip instead of two; one held longer reads the head first, since
+/// by then the waiters read are likely served, and a release whose offers all fail frees its
+/// slot instead of handing it over.
+pub const SUCCESSORS_FRESH_FOR: Duration = Duration::from_secs(1);
+
+/// How many waiters behind it a waiter reads, with a budget of `depth` slots as last seen:
+/// the other holders may each hand a slot on to one of them before this node releases, and
+/// [`HANDOFF_CANDIDATES`] more are left to offer its own slot to.
+pub fn successors_wanted(depth: usize) -> usize {
+    depth.saturating_add(HANDOFF_CANDIDATES).min(MAX_OFFERS)
+}
+
+/// The waiters right behind a node, in queue order, and when they were read: read with the
+/// node's own reads while it waits (and with its grant), so its release can hand the slot on
+/// without a read of the queue's head first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Successors {
+    /// The waiters, nearest first.
+    pub heads: Vec<Head>,
+    /// When they were read.
+    pub read_at: Instant,
+}
+
+impl Successors {
+    /// The waiters to offer a slot to at `now`, and the budget the offers compare against,
+    /// if a release may use them instead of reading the head again: only with a fixed count
+    /// budget (a share needs the members counted at the release), only when someone was
+    /// behind, and only within [`SUCCESSORS_FRESH_FOR`] of the read.
+    pub fn usable(&self, budget: MaxDisruptive, now: Instant) -> Option<(usize, &[Head])> {
+        let MaxDisruptive::Count(_) = budget else {
+            return None;
+        };
+        let fresh = now.saturating_duration_since(self.read_at) < SUCCESSORS_FRESH_FOR;
+        (fresh && !self.heads.is_empty()).then(|| (budget.slots(0), self.heads.as_slice()))
+    }
+}
+
 /// A waiter at the head of the queue as a releasing holder read it (emergencies first, then
 /// by create revision).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -529,7 +574,7 @@ impl Head {
 
 /// The release of slot `index` (granted at `grant_revision`) that hands it straight to the
 /// first of `heads` (waiters at the head of the queue, in queue order, at most
-/// [`HANDOFF_CANDIDATES`] used) still waiting, in the same revision: offered to a waiter if
+/// [`MAX_OFFERS`] used) still waiting, in the same revision: offered to a waiter if
 /// and only if this node's holder key is still its grant, the waiter's queue key is still the
 /// one read, nobody is ahead of it (no older emergency; for a planned waiter no emergency at
 /// all and no older planned request: so the waiters before it in `heads` are gone),
@@ -550,7 +595,7 @@ pub fn handoff_plan(
     }
     let holder = keys.holder(index);
     let mut plan = delete_plan(&holder, grant_revision, true);
-    for head in heads.iter().take(HANDOFF_CANDIDATES).rev() {
+    for head in heads.iter().take(MAX_OFFERS).rev() {
         let Ok(value) = serde_json::to_vec(&HolderValue {
             node: head.value.node.clone(),
             action: head.value.action.clone(),
@@ -651,6 +696,7 @@ mod tests {
                 .map(|i| format!("{P}queue/planned/w{}", ahead - 1 - i).into_bytes())
                 .collect(),
             queued: Some(true),
+            behind: None,
         }
     }
 
@@ -1175,6 +1221,37 @@ mod tests {
         assert_eq!(handoff_plan(&k, 0, a, 1, &[], SystemTime::UNIX_EPOCH), None);
     }
 
+    #[test]
+    fn the_waiters_read_behind_a_node_serve_only_a_quick_release_under_a_count_budget() {
+        let (k, mut f, _) = a_holds_slot_0_of(1);
+        f.join(&k, "w1", Urgency::Planned, 11);
+        let read_at = Instant::now();
+        let behind = Successors {
+            heads: f.heads(&k, MAX_OFFERS),
+            read_at,
+        };
+        let soon = read_at + Duration::from_millis(50);
+        assert_eq!(
+            behind.usable(count(3), soon).map(|(max, h)| (max, h.len())),
+            Some((3, 1))
+        );
+        // a share needs the members counted at the release
+        assert_eq!(behind.usable(MaxDisruptive::Percent(20), soon), None);
+        // held longer: read the head again
+        assert_eq!(
+            behind.usable(count(3), read_at + SUCCESSORS_FRESH_FOR),
+            None
+        );
+        // nobody was behind: someone may be now
+        let nobody = Successors {
+            heads: Vec::new(),
+            read_at,
+        };
+        assert_eq!(nobody.usable(count(3), soon), None);
+        assert_eq!(successors_wanted(5), 5 + HANDOFF_CANDIDATES);
+        assert_eq!(successors_wanted(1000), MAX_OFFERS);
+    }
+
     /// Many waiters, grants from stale reads, handoffs from stale heads, withdrawals and
     /// lease expiries in a pseudo-random order: never more than `max` holder keys, never two
     /// slots for one node, and every slot handed over went to a waiter with nobody ahead.
@@ -1213,7 +1290,19 @@ mod tests {
                 1 => {
                     f.grant_as(&k, &node, urgency, lease, next(max as u64) as usize, max);
                 }
-                2 => stale_heads.push(f.heads(&k, HANDOFF_CANDIDATES)),
+                2 => {
+                    // as a release reads the head, or as a waiter read those behind it (a
+                    // longer list that need not start at the head)
+                    let mut heads = f.heads(&k, MAX_OFFERS + 3);
+                    let skip = (next(4) as usize).min(heads.len());
+                    heads.drain(..skip);
+                    heads.truncate(if next(2) == 0 {
+                        HANDOFF_CANDIDATES
+                    } else {
+                        MAX_OFFERS
+                    });
+                    stale_heads.push(heads);
+                }
                 3 => {
                     let i = next(max as u64) as usize;
                     if let (Some(h), Some(heads)) = (f.holder(&k, i), stale_heads.pop()) {

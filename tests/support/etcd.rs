@@ -615,6 +615,11 @@ impl EtcdCluster {
             .arg("--peer-client-cert-auth")
             .arg("--logger=zap")
             .arg("--log-level=warn")
+            .args(
+                std::env::var("PLEG_ETCD_PPROF")
+                    .is_ok()
+                    .then_some("--enable-pprof"),
+            )
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log2);
