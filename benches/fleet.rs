@@ -142,25 +142,6 @@ fn own_cpu_s() -> f64 {
     (ticks(11) + ticks(12)) / 100.0
 }
 
-/// gRPC messages received by method in Prometheus text.
-fn received_by_method(text: &str, into: &mut BTreeMap<String, f64>) {
-    for line in text.lines() {
-        let Some(rest) = line.strip_prefix("grpc_server_msg_received_total{") else {
-            continue;
-        };
-        let Some((labels, value)) = rest.split_once('}') else {
-            continue;
-        };
-        let method = labels
-            .split(',')
-            .find_map(|l| l.strip_prefix("grpc_method=\""))
-            .map(|m| m.trim_end_matches('"').to_owned());
-        if let (Some(m), Ok(v)) = (method, value.trim().parse::<f64>()) {
-            *into.entry(m).or_default() += v;
-        }
-    }
-}
-
 fn counters(etcd: &EtcdCluster) -> Counters {
     let texts: Vec<String> = (0..etcd.len())
         .map(|i| {
@@ -187,7 +168,7 @@ fn counters(etcd: &EtcdCluster) -> Counters {
         by_method: {
             let mut m = BTreeMap::new();
             for t in &texts {
-                received_by_method(t, &mut m);
+                etcd::add_received_by_method(t, &mut m);
             }
             m
         },

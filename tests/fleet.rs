@@ -984,20 +984,7 @@ fn received_by_method(etcd: &EtcdCluster) -> BTreeMap<String, f64> {
     let mut out = BTreeMap::new();
     for i in 0..etcd.len() {
         let text = etcd.metrics(i).expect("a member's /metrics");
-        for line in text.lines() {
-            let Some(rest) = line.strip_prefix("grpc_server_msg_received_total{") else {
-                continue;
-            };
-            let Some((labels, value)) = rest.split_once('}') else {
-                continue;
-            };
-            let method = labels
-                .split(',')
-                .find_map(|kv| kv.strip_prefix("grpc_method=\""))
-                .map(|m| m.trim_end_matches('"').to_string())
-                .unwrap_or_default();
-            *out.entry(method).or_insert(0.0) += value.trim().parse::<f64>().unwrap_or(0.0);
-        }
+        add_received_by_method(&text, &mut out);
     }
     out
 }
@@ -1064,6 +1051,38 @@ async fn a_holds_the_slot_b_waits(a: &mut Fleet, b: &mut Fleet) {
     .unwrap();
 }
 
+/// A connection of the fleet module's own to `group`, for tests that drive the protocol's
+/// calls one by one, and the group's keys.
+async fn direct_connection(
+    etcd: &EtcdCluster,
+    group: &str,
+) -> (
+    pleg_guard::fleet::etcd::Connection,
+    pleg_guard::fleet::group::Keys,
+) {
+    use pleg_guard::fleet::etcd::{Connection, TlsMaterial};
+    let s = settings(etcd, group, "x", "1");
+    let tls = TlsMaterial::load(s.tls.as_ref()).unwrap();
+    let conn = Connection::open(&s, &tls).await.unwrap();
+    (conn, pleg_guard::fleet::group::Keys::new(&s.group_prefix()))
+}
+
+/// A queue key's value: `node` asks for a kubelet restart.
+fn queue_value(node: &str, urgency: Urgency) -> Vec<u8> {
+    serde_json::to_vec(&pleg_guard::fleet::group::QueueValue {
+        node: node.to_owned(),
+        action: "restart-kubelet".to_owned(),
+        urgency,
+        since: std::time::SystemTime::now(),
+    })
+    .unwrap()
+}
+
+/// A holder key's value: `node` holds a slot for a kubelet restart.
+fn holder_value(node: &str) -> Vec<u8> {
+    format!(r#"{{"node":"{node}","action":"restart-kubelet","urgency":"planned","since":"2026-12-05T00:00:00Z","granted_at":"2026-12-05T00:00:00Z"}}"#).into_bytes()
+}
+
 /// Issue 28's direct handoff: a release hands its slot to the waiter at the head of the queue
 /// in the same revision (a put over the held key, no delete between), and the waiter learns
 /// of it; a handoff to a waiter that withdrew or whose lease ended after the release read it
@@ -1071,8 +1090,7 @@ async fn a_holds_the_slot_b_waits(a: &mut Fleet, b: &mut Fleet) {
 /// never shows more than `max` holders.
 #[test]
 fn a_release_hands_its_slot_over_or_falls_back_to_a_plain_release() {
-    use pleg_guard::fleet::etcd::{Connection, Released, TlsMaterial};
-    use pleg_guard::fleet::group::{Keys, QueueValue};
+    use pleg_guard::fleet::etcd::Released;
 
     let Some(etcd) = require_etcd(3) else {
         return;
@@ -1115,25 +1133,13 @@ fn a_release_hands_its_slot_over_or_falls_back_to_a_plain_release() {
         // a waiter that withdrew, or whose lease was revoked, after the release read it
         for (n, revoke) in [(0, false), (1, true)] {
             let group = format!("handoff-fallback-{n}");
-            let s = settings(&etcd, &group, "x", "1");
-            let tls = TlsMaterial::load(s.tls.as_ref()).unwrap();
-            let mut conn = Connection::open(&s, &tls).await.unwrap();
-            let keys = Keys::new(&s.group_prefix());
-            let value = |node: &str| {
-                serde_json::to_vec(&QueueValue {
-                    node: node.to_owned(),
-                    action: "restart-kubelet".to_owned(),
-                    urgency: Urgency::Planned,
-                    since: std::time::SystemTime::now(),
-                })
-                .unwrap()
-            };
+            let (mut conn, keys) = direct_connection(&etcd, &group).await;
+            let value = |node: &str| queue_value(node, Urgency::Planned);
             let (x_lease, _x_alive) = conn.new_lease(secs(30)).await.unwrap();
             let (me, snap) = conn
                 .join(&keys, "x", Urgency::Planned, value("x"), x_lease, 1)
                 .await
                 .unwrap();
-            let holder = br#"{"node":"x","action":"restart-kubelet","urgency":"planned","since":"2026-12-05T00:00:00Z","granted_at":"2026-12-05T00:00:00Z"}"#;
             let x_grant = conn
                 .grant(
                     &keys,
@@ -1141,7 +1147,7 @@ fn a_release_hands_its_slot_over_or_falls_back_to_a_plain_release() {
                     &me,
                     0,
                     1,
-                    holder.to_vec(),
+                    holder_value("x"),
                     x_lease,
                     snap.revision,
                     1,
@@ -1185,8 +1191,7 @@ fn a_release_hands_its_slot_over_or_falls_back_to_a_plain_release() {
 #[test]
 fn a_release_through_the_waiters_read_behind_it_keeps_the_queue_order() {
     use pleg_guard::fleet::MaxDisruptive;
-    use pleg_guard::fleet::etcd::{Connection, Released, TlsMaterial};
-    use pleg_guard::fleet::group::{Keys, QueueValue};
+    use pleg_guard::fleet::etcd::Released;
 
     let Some(etcd) = require_etcd(3) else {
         return;
@@ -1194,42 +1199,49 @@ fn a_release_through_the_waiters_read_behind_it_keeps_the_queue_order() {
     let rt = runtime();
     rt.block_on(async {
         let group = "successors";
-        let s = settings(&etcd, group, "x", "1");
-        let tls = TlsMaterial::load(s.tls.as_ref()).unwrap();
-        let mut conn = Connection::open(&s, &tls).await.unwrap();
-        let keys = Keys::new(&s.group_prefix());
-        let value = |node: &str, urgency: Urgency| {
-            serde_json::to_vec(&QueueValue {
-                node: node.to_owned(),
-                action: "restart-kubelet".to_owned(),
-                urgency,
-                since: std::time::SystemTime::now(),
-            })
-            .unwrap()
-        };
-        let holder = |node: &str| {
-            format!(r#"{{"node":"{node}","action":"restart-kubelet","urgency":"planned","since":"2026-12-05T00:00:00Z","granted_at":"2026-12-05T00:00:00Z"}}"#).into_bytes()
-        };
+        let (mut conn, keys) = direct_connection(&etcd, group).await;
         let mut leases = Vec::new();
         let mut me = BTreeMap::new();
         for node in ["x", "y", "z"] {
             let (lease, alive) = conn.new_lease(secs(30)).await.unwrap();
             let (m, _) = conn
-                .join(&keys, node, Urgency::Planned, value(node, Urgency::Planned), lease, 1)
+                .join(
+                    &keys,
+                    node,
+                    Urgency::Planned,
+                    queue_value(node, Urgency::Planned),
+                    lease,
+                    1,
+                )
                 .await
                 .unwrap();
             leases.push((node, lease, alive));
             me.insert(node, (m, lease));
         }
         let names = |b: &pleg_guard::fleet::group::Successors| {
-            b.heads.iter().map(|h| h.value.node.clone()).collect::<Vec<_>>()
+            b.heads
+                .iter()
+                .map(|h| h.value.node.clone())
+                .collect::<Vec<_>>()
         };
         let (x_me, x_lease) = me["x"];
         let snap = conn.snapshot(&keys, "x", Some(&x_me), 1).await.unwrap();
-        let read = snap.behind.expect("a waiter's read brings the waiters behind it");
+        let read = snap
+            .behind
+            .expect("a waiter's read brings the waiters behind it");
         assert_eq!(names(&read), ["y", "z"]);
         let (x_grant, behind) = conn
-            .grant(&keys, "x", &x_me, 0, 1, holder("x"), x_lease, snap.revision, 1)
+            .grant(
+                &keys,
+                "x",
+                &x_me,
+                0,
+                1,
+                holder_value("x"),
+                x_lease,
+                snap.revision,
+                1,
+            )
             .await
             .unwrap()
             .expect("x granted");
@@ -1254,7 +1266,14 @@ fn a_release_through_the_waiters_read_behind_it_keeps_the_queue_order() {
             .mod_revision;
         let (e_lease, _e_alive) = conn.new_lease(secs(30)).await.unwrap();
         let (e_me, _) = conn
-            .join(&keys, "e", Urgency::Emergency, value("e", Urgency::Emergency), e_lease, 1)
+            .join(
+                &keys,
+                "e",
+                Urgency::Emergency,
+                queue_value("e", Urgency::Emergency),
+                e_lease,
+                1,
+            )
             .await
             .unwrap();
         let e_snap = conn.snapshot(&keys, "e", Some(&e_me), 1).await.unwrap();

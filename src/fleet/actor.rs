@@ -15,7 +15,8 @@
 //!   waiter at the head of the queue still waiting, or deletes it
 //!   ([`handoff_plan`](super::group::handoff_plan)). The waiters it offers the slot to are
 //!   those its own reads showed right behind it while it waited (and its grant, when it took
-//!   the slot itself) if that was within [`SUCCESSORS_FRESH_FOR`] with a count budget
+//!   the slot itself) if that was within
+//!   [`SUCCESSORS_FRESH_FOR`](super::group::SUCCESSORS_FRESH_FOR) with a count budget
 //!   ([`Successors::usable`]); else one read of the queue's head comes first. The head of the
 //!   queue learns of a slot handed to it from its watch (the holder key's put names it on its
 //!   lease), without a read.
@@ -34,8 +35,6 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use super::etcd::{Connection, KeepAlive, Me, TlsMaterial, classify, turn_step};
-#[cfg(doc)]
-use super::group::SUCCESSORS_FRESH_FOR;
 use super::group::{
     Held, HolderValue, Keys, MemberValue, Next, QueueValue, Snapshot, Successors, WatchPlan,
 };

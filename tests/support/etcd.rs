@@ -880,3 +880,23 @@ fn show(o: &Output) -> String {
         String::from_utf8_lossy(&o.stderr)
     )
 }
+
+/// Adds each `grpc_server_msg_received_total` sample of one member's Prometheus text to
+/// `into`, by its `grpc_method` label: what etcd itself counts its clients sent (the fleet
+/// tests' idle check, the fleet bench's messages per grant).
+pub fn add_received_by_method(text: &str, into: &mut std::collections::BTreeMap<String, f64>) {
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("grpc_server_msg_received_total{") else {
+            continue;
+        };
+        let Some((labels, value)) = rest.split_once('}') else {
+            continue;
+        };
+        let method = labels
+            .split(',')
+            .find_map(|kv| kv.strip_prefix("grpc_method=\""))
+            .map(|m| m.trim_end_matches('"').to_string())
+            .unwrap_or_default();
+        *into.entry(method).or_insert(0.0) += value.trim().parse::<f64>().unwrap_or(0.0);
+    }
+}
