@@ -268,6 +268,53 @@ fn bed_teardown_leaves_nothing_even_on_panic() {
     assert_eq!(host_proc_state(nspawn), None, "systemd-nspawn still there");
 }
 
+/// Two beds booting at once used to share one cgroup (`/payload`), and then raced on their units'
+/// cgroups (`status=219/CGROUP`): each bed's PID 1 now sits in its own, removed with the bed.
+#[test]
+fn beds_booting_together_each_have_their_own_cgroup() {
+    let Some(env) = require_bed() else { return };
+    let other = {
+        let env = env.clone();
+        std::thread::spawn(move || Bed::boot(&env, BedOptions::default()))
+    };
+    let bed = Bed::boot(&env, BedOptions::default());
+    let other = other.join().expect("the second bed booted");
+    let systemd_cgroup = |pid: u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+            .expect("PID 1's cgroups")
+            .lines()
+            .find_map(|l| l.split_once(":name=systemd:").map(|(_, p)| p))
+            .map(str::to_string)
+    };
+    let (a, b) = (
+        systemd_cgroup(bed.host_pid1()),
+        systemd_cgroup(other.host_pid1()),
+    );
+    eprintln!("PID 1 cgroups: {a:?} and {b:?}");
+    assert_ne!(a, b, "two beds' PID 1 in one cgroup");
+    for (bed, cg) in [(&bed, &a), (&other, &b)] {
+        if let Some(cg) = cg {
+            assert!(
+                cg.contains(&bed.name),
+                "{}: PID 1 in {cg}, not in the bed's own cgroup",
+                bed.name
+            );
+        }
+        assert!(
+            bed.boot_state == "running",
+            "{} booted {}",
+            bed.name,
+            bed.boot_state
+        );
+    }
+    let dirs: Vec<_> = [bed.host_cgroup_dirs(), other.host_cgroup_dirs()].concat();
+    drop(bed);
+    drop(other);
+    for d in dirs {
+        assert!(!d.exists(), "bed cgroup {} left behind", d.display());
+    }
+}
+
 #[test]
 fn docker_socket_is_bound_into_the_bed() {
     let Some(env) = require_bed() else { return };

@@ -121,6 +121,14 @@ for pid in $(pgrep -x systemd-nspawn || true); do
     kill -KILL "$pid" 2>/dev/null || true
     removed=$((removed + 1))
 done
+# stale beds' own cgroups (tests/support/mod.rs, BedCgroup): children first; a cgroup that still
+# holds a process stays
+for h in /sys/fs/cgroup/unified /sys/fs/cgroup/systemd; do
+    for d in "$h"/pleg-guard-test/pgt-*; do
+        [ -d "$d" ] && stale "${d##*/}" || continue
+        find "$d" -depth -type d -exec rmdir {} + 2>/dev/null || true
+    done
+done
 step_done "removed $removed stale container(s)/bed(s)"
 
 # --- the bed's own containerd with CRI (tests/bed/containerd.sh) --------------------------------

@@ -425,6 +425,87 @@ pub struct Bed {
     /// Booted by this process ([`Bed::boot`]): Drop kills it. An [`attach`](Bed::attach)ed bed
     /// belongs to whoever started it: Drop only resumes what was stopped through this handle.
     owned: bool,
+    /// The cgroup this bed's nspawn was started in (removed once nspawn has exited).
+    cgroup: Option<BedCgroup>,
+}
+
+/// A bed's own cgroup, `pleg-guard-test/<bed name>`, in the systemd hierarchies of a cgroup v1 or
+/// hybrid host (`/sys/fs/cgroup/unified` and `/sys/fs/cgroup/systemd`).
+///
+/// Why: `systemd-nspawn --keep-unit` puts the container's PID 1 in `<its own cgroup>/payload`.
+/// Started from the host's root cgroup, every bed got the same `/payload`, so two beds' PID 1s
+/// managed one `system.slice`: one removed a unit's cgroup while the other was moving that unit's
+/// process into it (`status=219/CGROUP`, a bed booting `degraded` about 2 runs in 5). nspawn takes
+/// its cgroup from the unified hierarchy and attaches the payload to the same path under
+/// name=systemd, so the bed's cgroup is made in both, with `payload` ready under name=systemd.
+/// On a pure cgroup v2 host neither directory exists and nothing is moved.
+struct BedCgroup {
+    dirs: Vec<PathBuf>,
+}
+
+impl BedCgroup {
+    const HIERARCHIES: [&'static str; 2] = ["/sys/fs/cgroup/unified", "/sys/fs/cgroup/systemd"];
+
+    fn create(name: &str) -> BedCgroup {
+        let mut dirs = Vec::new();
+        for h in Self::HIERARCHIES {
+            if !Path::new(h).join("cgroup.procs").exists() {
+                continue;
+            }
+            let dir = Path::new(h).join("pleg-guard-test").join(name);
+            std::fs::create_dir_all(&dir)
+                .unwrap_or_else(|e| panic!("create the bed's cgroup {}: {e}", dir.display()));
+            dirs.push(dir);
+        }
+        if let Some(named) = dirs
+            .iter()
+            .find(|d| d.starts_with("/sys/fs/cgroup/systemd"))
+        {
+            let payload = named.join("payload");
+            std::fs::create_dir_all(&payload)
+                .unwrap_or_else(|e| panic!("create the bed's cgroup {}: {e}", payload.display()));
+        }
+        BedCgroup { dirs }
+    }
+
+    /// The `cgroup.procs` files to write the spawning shell's pid to, space-separated.
+    fn procs_files(&self) -> String {
+        self.dirs
+            .iter()
+            .map(|d| d.join("cgroup.procs").display().to_string())
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    /// Removes the bed's cgroups, children first. A cgroup still holding a process stays (and
+    /// is named), which also leaves its parents.
+    fn remove(&self) {
+        fn remove_tree(dir: &Path) -> std::io::Result<()> {
+            for ent in std::fs::read_dir(dir)?.flatten() {
+                if ent.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                    remove_tree(&ent.path())?;
+                }
+            }
+            std::fs::remove_dir(dir)
+        }
+        // the kernel may take a moment to empty the cgroups of a pid namespace it just killed
+        let start = Instant::now();
+        for dir in &self.dirs {
+            loop {
+                match remove_tree(dir) {
+                    Ok(()) => break,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
+                    Err(_) if start.elapsed() < secs(5) => {
+                        std::thread::sleep(Duration::from_millis(50))
+                    }
+                    Err(e) => {
+                        eprintln!("bed cgroup {} not removed: {e}", dir.display());
+                        break;
+                    }
+                }
+            }
+        }
+    }
 }
 
 impl Bed {
@@ -433,8 +514,17 @@ impl Bed {
         let name = unique_name("bed");
         let console_log = std::env::temp_dir().join(format!("{name}.console.log"));
         let log = File::create(&console_log).expect("create console log");
-        let mut cmd = Command::new("systemd-nspawn");
-        cmd.arg("-D")
+        // systemd-nspawn runs from this bed's own cgroup (see [`BedCgroup`]): a shell moves
+        // itself there and execs nspawn, so the child's pid is nspawn's
+        let cgroup = BedCgroup::create(&name);
+        let mut cmd = Command::new("sh");
+        cmd.args([
+            "-c",
+            r#"for p in $PGT_CGROUP_PROCS; do echo $$ >"$p" || exit 125; done; exec systemd-nspawn "$@""#,
+            "sh",
+        ])
+        .env("PGT_CGROUP_PROCS", cgroup.procs_files())
+        .arg("-D")
             .arg(&env.rootfs)
             .args([
                 "--volatile=overlay",
@@ -512,6 +602,7 @@ impl Bed {
             console_log,
             stopped: Mutex::new(Vec::new()),
             owned: true,
+            cgroup: Some(cgroup),
         };
         // From here on a panic drops `bed`, which tears the container down.
         let mut last = String::new();
@@ -580,7 +671,17 @@ impl Bed {
             console_log: PathBuf::new(),
             stopped: Mutex::new(Vec::new()),
             owned: false,
+            cgroup: None,
         }
+    }
+
+    /// The host cgroup directories this bed was started in (one per systemd hierarchy; empty for
+    /// an attached bed, or on a pure cgroup v2 host). Removed when the bed is dropped.
+    pub fn host_cgroup_dirs(&self) -> Vec<PathBuf> {
+        self.cgroup
+            .as_ref()
+            .map(|c| c.dirs.clone())
+            .unwrap_or_default()
     }
 
     /// Host pid of the container's PID 1 (killing it ends the bed).
@@ -1155,6 +1256,10 @@ impl Drop for Bed {
                     Err(_) => break,
                 }
             }
+        }
+        drop(guard);
+        if let Some(cgroup) = &self.cgroup {
+            cgroup.remove();
         }
         if std::thread::panicking() {
             eprintln!(
