@@ -44,7 +44,8 @@
 //! behind the holder (`heads_known`), the release Txn sent and answered) and the bench's own
 //! (`noticed`: the member's task saw its grant), p50/p99 of each, how the next holder learned
 //! of its slot (`handed`: from its watch; `read_held`: by a read) and how many releases read
-//! the head first. `PLEG_BENCH_THREADS=N` runs the members on a multi-thread runtime of `N`
+//! the head first; `PLEG_BENCH_STEPS_DUMP=FILE` also writes every step to FILE, one per line
+//! (ms since the load began, node, step, revision). `PLEG_BENCH_THREADS=N` runs the members on a multi-thread runtime of `N`
 //! workers instead of the current-thread one.
 //!
 //! A third line per load, `fleet-bench-cost`, says what a grant cost the machine: CPU
@@ -702,8 +703,24 @@ fn run_load(
         );
         println!("{cost}");
         if steps::on() {
-            for l in steps::report(&steps::take()) {
+            let all = steps::take();
+            for l in steps::report(&all) {
                 println!("{l}");
+            }
+            // PLEG_BENCH_STEPS_DUMP=FILE: every step, one per line (ms since the load began)
+            if let Ok(path) = std::env::var("PLEG_BENCH_STEPS_DUMP") {
+                let text: String = all
+                    .iter()
+                    .map(|(t, node, step, rev)| {
+                        format!(
+                            "{:.3} {node} {step} {rev}\n",
+                            t.saturating_duration_since(started).as_secs_f64() * 1000.0
+                        )
+                    })
+                    .collect();
+                if let Err(e) = std::fs::write(&path, text) {
+                    eprintln!("cannot write {path}: {e}");
+                }
             }
         }
         assert!(most <= load.max, "{most} holders at once in etcd's history, max {}", load.max);

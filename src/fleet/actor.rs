@@ -738,7 +738,12 @@ impl Actor {
                             self.queued = None;
                             break;
                         }
-                        Err(fresh) => snap = fresh,
+                        Err(fresh) => {
+                            // the slot was taken or handed to this node meanwhile: a failed
+                            // compare (the bench counts these against etcd's failed proposals)
+                            turn_step!(self.s.node.as_str(), "grant_failed", fresh.revision);
+                            snap = fresh
+                        }
                     }
                 }
                 Next::Wait {
