@@ -1441,3 +1441,107 @@ fn a_slot_handed_over_while_the_waiter_was_cut_off_is_its_grant_after_reconnect(
         b.shutdown().await;
     });
 }
+
+/// Issue 28's far waiters: a node that joins behind at least `8 × max` waiters watches from the
+/// revision after its join's read, not from now, and so needs no second read. This checks what
+/// that relies on, against the real cluster: the join's read counts every waiter ahead of the
+/// new key; a watch from a passed revision delivers a delete made before the watch existed
+/// (from etcd's catch-up); a watch from now does not (which is why a waiter nearer the head
+/// reads again when its watch started after its read).
+#[test]
+fn a_far_waiters_watch_from_its_join_misses_nothing_since() {
+    use pleg_guard::fleet::group::{WatchPlan, watches_from_read};
+
+    let Some(etcd) = require_etcd(3) else {
+        return;
+    };
+    let rt = runtime();
+    rt.block_on(async {
+        let group = "far-waiter";
+        let (mut conn, keys) = direct_connection(&etcd, group).await;
+        let (lease, _alive) = conn.new_lease(secs(30)).await.unwrap();
+        let mut joined = Vec::new();
+        for i in 0..10 {
+            let node = format!("w{i}");
+            let (me, snap) = conn
+                .join(
+                    &keys,
+                    &node,
+                    Urgency::Planned,
+                    queue_value(&node, Urgency::Planned),
+                    lease,
+                    1,
+                )
+                .await
+                .unwrap();
+            assert_eq!(
+                snap.joined_behind,
+                Some(i),
+                "{node}'s join counts who is ahead"
+            );
+            // a read that stops at the keys it read (max + 1 of them)
+            assert!(snap.ahead <= 2, "{node}: ahead {}", snap.ahead);
+            joined.push((node, me, snap));
+        }
+        let (_, _, last) = &joined[9];
+        assert!(watches_from_read(9, 1), "9 ahead of 1 slot is far");
+        assert!(!watches_from_read(7, 1));
+
+        // the waiter right ahead of w9 leaves after w9's read and before w9 watches it
+        let (w8, w8_me, _) = &joined[8];
+        let w8_key = keys.queued(Urgency::Planned, w8);
+        conn.delete_own(&w8_key, w8_me.create_revision)
+            .await
+            .unwrap();
+        let plan = WatchPlan {
+            key: Some(w8_key.clone().into_bytes()),
+            ..WatchPlan::default()
+        };
+
+        let mut from_now = conn
+            .watch(&keys, &plan, None)
+            .await
+            .unwrap()
+            .expect("a watch");
+        let mut from_read = conn
+            .watch(&keys, &plan, Some(last.revision + 1))
+            .await
+            .unwrap()
+            .expect("a watch");
+        let deleted = tokio::time::timeout(secs(5), async {
+            loop {
+                let resp = from_read
+                    .message()
+                    .await
+                    .unwrap()
+                    .expect("the watch goes on");
+                if let Some(e) = resp.events().first() {
+                    break (e.event_type(), e.kv().map(|kv| kv.key().to_vec()));
+                }
+            }
+        })
+        .await
+        .expect("the delete made before the watch, from its start revision");
+        assert_eq!(
+            deleted,
+            (etcd_client::EventType::Delete, Some(w8_key.into_bytes()))
+        );
+        let nothing = tokio::time::timeout(Duration::from_millis(500), async {
+            loop {
+                let resp = from_now
+                    .message()
+                    .await
+                    .unwrap()
+                    .expect("the watch goes on");
+                if !resp.events().is_empty() {
+                    break;
+                }
+            }
+        })
+        .await;
+        assert!(
+            nothing.is_err(),
+            "a watch from now saw a delete made before it"
+        );
+    });
+}

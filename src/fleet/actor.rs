@@ -37,6 +37,7 @@ use tokio::time::Instant;
 use super::etcd::{Connection, KeepAlive, Me, TlsMaterial, classify, turn_step};
 use super::group::{
     Held, HolderValue, Keys, MemberValue, Next, QueueValue, Snapshot, Successors, WatchPlan,
+    watches_from_read,
 };
 use super::storm::Health;
 use super::{
@@ -154,7 +155,16 @@ struct Session {
     conn: Connection,
     keep_alive: KeepAlive,
     /// What a waiter watches (None: nothing).
-    watch: Option<(WatchPlan, etcd_client::WatchStream)>,
+    watch: Option<Watching>,
+}
+
+/// A waiter's watch: what it watches, and from which revision.
+struct Watching {
+    plan: WatchPlan,
+    /// The revision after the read the plan came from ([`watches_from_read`]); None: from
+    /// when etcd made the watch, which its created answer tells.
+    since: Option<i64>,
+    stream: etcd_client::WatchStream,
 }
 
 /// The task's state.
@@ -194,10 +204,10 @@ pub(crate) struct Actor {
 
 /// The next message of the watch, if there is one.
 async fn next_event(
-    watch: &mut Option<(WatchPlan, etcd_client::WatchStream)>,
+    watch: &mut Option<Watching>,
 ) -> Result<Option<etcd_client::WatchResponse>, etcd_client::Error> {
     match watch {
-        Some((_, w)) => w.message().await,
+        Some(w) => w.stream.message().await,
         None => std::future::pending().await,
     }
 }
@@ -328,10 +338,13 @@ impl Actor {
                         dirty = true;
                     }
                     Ok(Some(resp)) => {
-                        // a watch starts from now: anything between the read its plan came
-                        // from and the watch's start is read again
+                        // a watch from now: anything between the read its plan came from
+                        // and the watch's start is read again (a watch from the read's
+                        // revision misses nothing)
                         let created_at = resp.header().map_or(0, |h| h.revision());
+                        let from_now = session.watch.as_ref().is_some_and(|w| w.since.is_none());
                         if resp.created()
+                            && from_now
                             && self.snapshot.as_ref().is_some_and(|s| created_at > s.revision)
                         {
                             turn_step!(self.s.node.as_str(), "watch_past_read", created_at);
@@ -753,14 +766,23 @@ impl Actor {
                     watch,
                 } => {
                     self.queue = Some((position, holders, max));
-                    let same = session.watch.as_ref().is_some_and(|(p, _)| *p == watch);
+                    let same = session.watch.as_ref().is_some_and(|w| w.plan == watch);
                     if !same {
+                        // how far back: exact for a node that just joined, else what the
+                        // read counted (it stops at the keys it read)
+                        let far = snap.joined_behind.unwrap_or(position);
+                        let since = watches_from_read(far, max).then_some(snap.revision + 1);
                         session.watch = None;
-                        session.watch = session
-                            .conn
-                            .watch(&self.keys, &watch)
-                            .await?
-                            .map(|w| (watch, w));
+                        session.watch =
+                            session
+                                .conn
+                                .watch(&self.keys, &watch, since)
+                                .await?
+                                .map(|stream| Watching {
+                                    plan: watch,
+                                    since,
+                                    stream,
+                                });
                     }
                     break;
                 }

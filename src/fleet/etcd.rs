@@ -679,6 +679,13 @@ impl Connection {
                     .extend(get(5)?.kvs().iter().map(|kv| kv.key().to_vec()));
             }
             s.queued = Some(!get(6)?.kvs().is_empty());
+            if me.create_revision <= 0 {
+                // joined in this very transaction: its key is the newest of its queue
+                s.joined_behind = Some(match me.urgency {
+                    Urgency::Planned => s.waiting.saturating_sub(1),
+                    Urgency::Emergency => n(4)?.saturating_sub(1),
+                });
+            }
             if me.create_revision > 0 {
                 s.behind = Some(Self::successors_of(answers.get(7..).unwrap_or(&[]), depth));
             }
@@ -1062,25 +1069,34 @@ impl Connection {
         Ok((revision, members))
     }
 
-    /// Watch what `plan` names from now on (deletes only, but the holder keys' puts for the
-    /// head of the queue), nothing else of the group. From now, not from the read's revision:
+    /// Watch what `plan` names (deletes only, but the holder keys' puts for the head of the
+    /// queue), nothing else of the group, from revision `since`, or from now (None).
+    ///
     /// etcd 3.4 serves a watch whose start revision has passed from its unsynced group, which
-    /// it catches up every 100 ms, so every event of such a watch came up to 100 ms late (the
-    /// p99 of the handoffs measured). A watch from now is in sync at once; the caller reads
-    /// again when the created answer's revision is past its read (nothing is missed between).
+    /// it catches up every 100 ms, so every event of such a watch may come up to 100 ms late
+    /// (the p99 of the handoffs measured when every waiter watched from its read). A watch
+    /// from now is in sync at once, and the caller reads again when the created answer's
+    /// revision is past its read (nothing is missed between); a waiter far enough back that
+    /// its next event cannot come within 100 ms watches from its read instead
+    /// ([`watches_from_read`]), and needs no second read.
     pub async fn watch(
         &mut self,
         keys: &Keys,
         plan: &WatchPlan,
+        since: Option<i64>,
     ) -> Result<Option<WatchStream>, FleetError> {
         let t = self.timeout;
-        let deletes = || WatchOptions::new().with_filters([WatchFilterType::NoPut]);
+        let from = |o: WatchOptions| match since {
+            Some(revision) => o.with_start_revision(revision),
+            None => o,
+        };
+        let deletes = || from(WatchOptions::new().with_filters([WatchFilterType::NoPut]));
         let mut targets: Vec<(Vec<u8>, WatchOptions)> = Vec::new();
         if plan.handoffs {
             // a slot handed over is a put: every change of the holder keys
             targets.push((
                 keys.holders().into_bytes(),
-                WatchOptions::new().with_prefix(),
+                from(WatchOptions::new().with_prefix()),
             ));
         } else if plan.releases {
             targets.push((keys.holders().into_bytes(), deletes().with_prefix()));
