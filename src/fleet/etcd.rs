@@ -679,15 +679,14 @@ impl Connection {
                     .extend(get(5)?.kvs().iter().map(|kv| kv.key().to_vec()));
             }
             s.queued = Some(!get(6)?.kvs().is_empty());
-            if me.create_revision <= 0 {
+            if me.create_revision > 0 {
+                s.behind = Some(Self::successors_of(answers.get(7..).unwrap_or(&[]), depth));
+            } else {
                 // joined in this very transaction: its key is the newest of its queue
                 s.joined_behind = Some(match me.urgency {
                     Urgency::Planned => s.waiting.saturating_sub(1),
                     Urgency::Emergency => n(4)?.saturating_sub(1),
                 });
-            }
-            if me.create_revision > 0 {
-                s.behind = Some(Self::successors_of(answers.get(7..).unwrap_or(&[]), depth));
             }
         }
         Ok(s)
