@@ -1067,6 +1067,29 @@ async fn direct_connection(
     (conn, pleg_guard::fleet::group::Keys::new(&s.group_prefix()))
 }
 
+/// `node` asks for a planned kubelet restart through `conn` (a read one key deep): its queue
+/// key, and the read that came with the join.
+async fn join_planned(
+    conn: &mut pleg_guard::fleet::etcd::Connection,
+    keys: &pleg_guard::fleet::group::Keys,
+    node: &str,
+    lease: i64,
+) -> (
+    pleg_guard::fleet::etcd::Me,
+    pleg_guard::fleet::group::Snapshot,
+) {
+    conn.join(
+        keys,
+        node,
+        Urgency::Planned,
+        queue_value(node, Urgency::Planned),
+        lease,
+        1,
+    )
+    .await
+    .unwrap()
+}
+
 /// A queue key's value: `node` asks for a kubelet restart.
 fn queue_value(node: &str, urgency: Urgency) -> Vec<u8> {
     serde_json::to_vec(&pleg_guard::fleet::group::QueueValue {
@@ -1204,17 +1227,7 @@ fn a_release_through_the_waiters_read_behind_it_keeps_the_queue_order() {
         let mut me = BTreeMap::new();
         for node in ["x", "y", "z"] {
             let (lease, alive) = conn.new_lease(secs(30)).await.unwrap();
-            let (m, _) = conn
-                .join(
-                    &keys,
-                    node,
-                    Urgency::Planned,
-                    queue_value(node, Urgency::Planned),
-                    lease,
-                    1,
-                )
-                .await
-                .unwrap();
+            let (m, _) = join_planned(&mut conn, &keys, node, lease).await;
             leases.push((node, lease, alive));
             me.insert(node, (m, lease));
         }
@@ -1463,17 +1476,7 @@ fn a_far_waiters_watch_from_its_join_misses_nothing_since() {
         let mut joined = Vec::new();
         for i in 0..10 {
             let node = format!("w{i}");
-            let (me, snap) = conn
-                .join(
-                    &keys,
-                    &node,
-                    Urgency::Planned,
-                    queue_value(&node, Urgency::Planned),
-                    lease,
-                    1,
-                )
-                .await
-                .unwrap();
+            let (me, snap) = join_planned(&mut conn, &keys, &node, lease).await;
             assert_eq!(
                 snap.joined_behind,
                 Some(i),
