@@ -1035,6 +1035,130 @@ fn an_idle_member_makes_no_request_but_its_keep_alives() {
     );
 }
 
+/// The watchers etcd serves now, over every member (its own gauge).
+fn watchers(etcd: &EtcdCluster) -> f64 {
+    (0..etcd.len())
+        .map(|i| {
+            let text = etcd.metrics(i).expect("a member's /metrics");
+            text.lines()
+                .find_map(|l| l.strip_prefix("etcd_debugging_mvcc_watcher_total "))
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .unwrap_or(0.0)
+        })
+        .sum()
+}
+
+/// Waits until the group's health as `fleet` sees it satisfies `cond`.
+async fn wait_health(
+    fleet: &mut Fleet,
+    what: &str,
+    within: Duration,
+    cond: impl Fn(&pleg_guard::fleet::GroupHealth) -> bool,
+) {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        if fleet.view().health.as_ref().is_some_and(&cond) {
+            return;
+        }
+        if tokio::time::timeout_at(deadline, fleet.changed())
+            .await
+            .is_err()
+        {
+            panic!(
+                "{what}: the health is {:?} after {within:?}",
+                fleet.view().health
+            );
+        }
+    }
+}
+
+/// The storm guard at scale: a node that consults it reads the member keys once, then keeps
+/// them by a watch. Asked again and again while nothing changes, it sends etcd nothing (a
+/// read that asks whether any member key changed costs etcd 3.4 a look at every member key);
+/// a member reporting findings, or going, reaches it through the watch, without a read; once
+/// the guard stops asking, it watches nothing again. Against the real cluster, by etcd's own
+/// counters.
+#[test]
+fn the_storm_guard_reads_the_members_once_then_hears_only_their_changes() {
+    let Some(etcd) = require_etcd(3) else {
+        return;
+    };
+    let group = "storm-cache";
+    let member = |n: &str| format!("{PREFIX}/{group}/members/{n}");
+    let rt = runtime();
+    rt.block_on(async {
+        let mut fleet = Fleet::start(settings(&etcd, group, "guard", "1")).expect("start");
+        for n in ["n1", "n2", "n3", "n4", "n5", "n6"] {
+            etcd.put(&member(n), &format!(r#"{{"node":"{n}","findings":[]}}"#))
+                .unwrap();
+        }
+        members_in_etcd(&etcd, group, 7, secs(20)).await;
+        let watching_before = watchers(&etcd);
+        fleet.read_health();
+        wait_health(&mut fleet, "the first read", secs(10), |h| h.members == 7).await;
+        let ask = |fleet: &Fleet| fleet.read_health();
+
+        // asked every 0.5 s while nothing changes: no read, no new watch
+        let before = received_by_method(&etcd);
+        for _ in 0..6 {
+            ask(&fleet);
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        let quiet = received_by_method(&etcd);
+        // a member reports a finding, another goes: the watch brings both
+        etcd.put(
+            &member("n1"),
+            r#"{"node":"n1","findings":["logind-unresponsive"]}"#,
+        )
+        .unwrap();
+        etcd.etcdctl(&["del", &member("n6")]).unwrap();
+        wait_health(&mut fleet, "n1 sick, n6 gone", secs(5), |h| {
+            h.members == 6 && h.unhealthy == ["n1"]
+        })
+        .await;
+        ask(&fleet);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let after = received_by_method(&etcd);
+        assert!(
+            watchers(&etcd) > watching_before,
+            "the member keys are watched while the guard asks"
+        );
+        let grew = |from: &BTreeMap<String, f64>, to: &BTreeMap<String, f64>| -> Vec<String> {
+            to.iter()
+                .filter(|(m, v)| **v > from.get(*m).copied().unwrap_or(0.0))
+                .map(|(m, _)| m.clone())
+                .filter(|m| m != "LeaseKeepAlive")
+                .collect()
+        };
+        assert_eq!(
+            grew(&before, &quiet),
+            Vec::<String>::new(),
+            "asked while nothing changed, the node sent etcd more than keep-alives"
+        );
+        // the two writes above are etcdctl's own (Put, DeleteRange), not the node's
+        let node_sent: Vec<String> = grew(&quiet, &after)
+            .into_iter()
+            .filter(|m| m != "Put" && m != "DeleteRange")
+            .collect();
+        assert_eq!(
+            node_sent,
+            Vec::<String>::new(),
+            "the changes reached the node through its watch, not a read"
+        );
+
+        // the guard no longer asks: after 30 s the node watches nothing again
+        let deadline = tokio::time::Instant::now() + secs(45);
+        while watchers(&etcd) > watching_before {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the member keys are still watched 45 s after the guard last asked"
+            );
+            tokio::time::sleep(secs(1)).await;
+        }
+        fleet.shutdown().await;
+    });
+}
+
 /// `a` asks for the group's one slot and is granted it, then `b` asks and waits behind it.
 async fn a_holds_the_slot_b_waits(a: &mut Fleet, b: &mut Fleet) {
     a.request(ActionKind::RestartKubelet, Urgency::Planned);

@@ -155,8 +155,9 @@ impl FleetGate {
         }
     }
 
-    /// The storm guard: why `action` may not even ask for a slot now (None: it may). Reads
-    /// the member keys again every [`STORM_RECHECK`] while a repair waits on it; logs
+    /// The storm guard: why `action` may not even ask for a slot now (None: it may). Asks for
+    /// the group's health every [`STORM_RECHECK`] while a repair waits on it (the fleet task
+    /// reads the member keys once and keeps them by a watch meanwhile); logs
     /// fleet-storm once per pause and fleet-storm-over when it ends.
     fn storm_guard(&mut self, action: ActionKind, aimed_at: &[String]) -> Option<WaitReason> {
         let exempt = storm::exempt(aimed_at, &self.config.storm_exempt);

@@ -39,6 +39,7 @@ use super::group::{
     Held, HolderValue, Keys, MemberValue, Next, QueueValue, Snapshot, Successors, WatchPlan,
     watches_from_read,
 };
+use super::member_cache::{MemberCache, MemberChange};
 use super::storm::Health;
 use super::{
     Command, FleetError, FleetSettings, FleetView, GroupHealth, Holder, Shared, SlotState, Urgency,
@@ -49,9 +50,9 @@ use crate::target::ActionKind;
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
 /// How often a waiting node reads the group without an event.
 pub const WAIT_RECHECK: Duration = Duration::from_secs(5);
-/// The storm guard reads every member key again at least this often while a repair waits on
-/// it; between, a small read says whether any changed.
-const HEALTH_FULL_READ: Duration = Duration::from_secs(60);
+/// How long the member keys stay watched after the storm guard last asked for the group's
+/// health (a repair that waits on it asks every 5 s); then the node watches nothing again.
+const MEMBERS_WATCHED_FOR: Duration = Duration::from_secs(30);
 /// Grant attempts in one step before waiting for an event (each failed one brings a fresh
 /// read with it).
 const GRANT_ATTEMPTS: usize = 8;
@@ -95,11 +96,11 @@ pub(crate) fn view_of(
 }
 
 /// The group's health from its member keys.
-pub(crate) fn health_of(s: &FleetSettings, members: &[(String, Vec<u8>)]) -> GroupHealth {
-    let h = Health::of(
-        members.iter().map(|(n, v)| (n.as_str(), v.as_slice())),
-        &s.storm_exempt,
-    );
+pub(crate) fn health_of<'a>(
+    s: &FleetSettings,
+    members: impl IntoIterator<Item = (&'a str, &'a [u8])>,
+) -> GroupHealth {
+    let h = Health::of(members, &s.storm_exempt);
     GroupHealth {
         storming: h.storming(s.max_unhealthy),
         members: h.members,
@@ -156,6 +157,16 @@ struct Session {
     keep_alive: KeepAlive,
     /// What a waiter watches (None: nothing).
     watch: Option<Watching>,
+    /// The member keys, for the storm guard (None: not asked for lately).
+    members: Option<MemberWatch>,
+}
+
+/// The member keys read once and watched since, while the storm guard is consulted.
+struct MemberWatch {
+    cache: MemberCache,
+    stream: etcd_client::WatchStream,
+    /// When the storm guard last asked.
+    wanted_at: Instant,
 }
 
 /// A waiter's watch: what it watches, and from which revision.
@@ -198,8 +209,6 @@ pub(crate) struct Actor {
     /// The member keys must be read for the storm guard.
     health_wanted: bool,
     health: Option<GroupHealth>,
-    /// The revision of the latest full read of the member keys, and when it was.
-    health_read: Option<(i64, Instant)>,
 }
 
 /// The next message of the watch, if there is one.
@@ -210,6 +219,35 @@ async fn next_event(
         Some(w) => w.stream.message().await,
         None => std::future::pending().await,
     }
+}
+
+/// The next message of the member keys' watch, if there is one.
+async fn next_member_event(
+    members: &mut Option<MemberWatch>,
+) -> Result<Option<etcd_client::WatchResponse>, etcd_client::Error> {
+    match members {
+        Some(m) => m.stream.message().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The member key changes of one watch answer.
+fn member_changes(keys: &Keys, resp: &etcd_client::WatchResponse) -> Vec<MemberChange> {
+    let prefix = keys.members();
+    resp.events()
+        .iter()
+        .filter_map(|ev| {
+            let kv = ev.kv()?;
+            let node = keys.node_of(&prefix, kv.key())?.to_owned();
+            Some(match ev.event_type() {
+                etcd_client::EventType::Put => MemberChange::Put {
+                    node,
+                    value: kv.value().to_vec(),
+                },
+                etcd_client::EventType::Delete => MemberChange::Delete { node },
+            })
+        })
+        .collect()
 }
 
 impl Actor {
@@ -237,7 +275,6 @@ impl Actor {
             findings_written: false,
             health_wanted: false,
             health: None,
-            health_read: None,
         }
     }
 
@@ -313,6 +350,10 @@ impl Actor {
             let waiting = self.want.is_some()
                 && self.granted.is_none()
                 && self.queue.is_none_or(|(position, _, max)| position < max);
+            let members_idle_at = session
+                .members
+                .as_ref()
+                .map_or(next_keep_alive, |m| m.wanted_at + MEMBERS_WATCHED_FOR);
             tokio::select! {
                 cmd = rx.recv() => match cmd {
                     None => {
@@ -376,6 +417,29 @@ impl Actor {
                     Ok(None) => return Err(FleetError::Unreachable("the watch ended".to_owned())),
                     Err(e) => return Err(classify(&e, false)),
                 },
+                msg = next_member_event(&mut session.members) => match msg {
+                    Ok(Some(resp)) if resp.canceled() => {
+                        // e.g. its start revision was compacted: read them again when asked
+                        session.members = None;
+                    }
+                    Ok(Some(resp)) => {
+                        if let Some(m) = session.members.as_mut() {
+                            m.cache.apply(member_changes(&self.keys, &resp));
+                            if self.health.is_some() {
+                                self.health_from(m);
+                                self.publish();
+                            }
+                        }
+                    }
+                    Ok(None) => {
+                        return Err(FleetError::Unreachable("the members' watch ended".to_owned()))
+                    }
+                    Err(e) => return Err(classify(&e, false)),
+                },
+                () = tokio::time::sleep_until(members_idle_at), if session.members.is_some() => {
+                    // the storm guard stopped asking: watch nothing again
+                    session.members = None;
+                },
                 answer = session.keep_alive.answers.message() => match answer {
                     Ok(Some(a)) if a.ttl() > 0 => self.last_ack = Instant::now(),
                     Ok(Some(_)) => {
@@ -403,6 +467,35 @@ impl Actor {
             if !waiting {
                 next_recheck = Instant::now() + WAIT_RECHECK;
             }
+        }
+    }
+
+    /// The group's health for the storm guard: the member keys read once, then kept up to
+    /// date by a watch (no read while none changes: [`MemberCache`]).
+    async fn read_health(&mut self, session: &mut Session) -> Result<(), FleetError> {
+        let members = match session.members.as_mut() {
+            Some(m) => m,
+            None => {
+                let (revision, members) = session.conn.members(&self.keys).await?;
+                // every change after the read: none missed, none counted twice
+                let stream = session.conn.watch_members(&self.keys, revision + 1).await?;
+                session.members.insert(MemberWatch {
+                    cache: MemberCache::new(members),
+                    stream,
+                    wanted_at: Instant::now(),
+                })
+            }
+        };
+        members.wanted_at = Instant::now();
+        self.health_from(members);
+        Ok(())
+    }
+
+    /// The health as `members` shows it now (worked out again only when a member changed).
+    fn health_from(&mut self, members: &mut MemberWatch) {
+        match self.health.as_mut() {
+            Some(h) if !members.cache.take_changed() => h.read_at = SystemTime::now(),
+            _ => self.health = Some(health_of(&self.s, members.cache.members())),
         }
     }
 
@@ -453,6 +546,7 @@ impl Actor {
             conn,
             keep_alive,
             watch: None,
+            members: None,
         })
     }
 
@@ -586,24 +680,7 @@ impl Actor {
             self.findings_written = true;
         }
         if self.health_wanted {
-            let unchanged = match (&self.health, self.health_read) {
-                (Some(h), Some((revision, at))) if at.elapsed() < HEALTH_FULL_READ => {
-                    !session
-                        .conn
-                        .members_changed(&self.keys, revision, h.members)
-                        .await?
-                }
-                _ => false,
-            };
-            if unchanged {
-                if let Some(h) = self.health.as_mut() {
-                    h.read_at = SystemTime::now();
-                }
-            } else {
-                let (revision, members) = session.conn.members(&self.keys).await?;
-                self.health = Some(health_of(&self.s, &members));
-                self.health_read = Some((revision, Instant::now()));
-            }
+            self.read_health(session).await?;
             self.health_wanted = false;
         }
         let want = match (&self.want, self.granted) {

@@ -546,8 +546,10 @@ impl Connection {
     ///
     /// etcd 3.4 applies a range's create-revision filters after counting, so a count-only
     /// read cannot count the waiters ahead: the keys ahead are read instead, nearest first
-    /// and at most `depth + 1` of them (the server scans the queue's index; the answer stays
-    /// small).
+    /// and at most `depth + 1` of them. The answer stays small, but etcd 3.4 reads every key
+    /// of a range it sorts or filters by create revision before it sorts and cuts, so the
+    /// member answering (every member, for a join's transaction) does work in proportion to
+    /// the waiters: a few µs a key (docs/fleet-scale.md, issue 28's eighth look).
     fn snapshot_ops(keys: &Keys, me: Option<&Me>, node: &str, depth: usize) -> Vec<TxnOp> {
         let count = |prefix: String| {
             TxnOp::get(
@@ -1002,45 +1004,6 @@ impl Connection {
         )
     }
 
-    /// Whether any member key changed since `revision` or the number of members is no longer
-    /// `count`: one small read (at most one key, and a count), so a repair that waits on the
-    /// storm guard does not read every member key again while nothing changed.
-    pub async fn members_changed(
-        &mut self,
-        keys: &Keys,
-        revision: i64,
-        count: usize,
-    ) -> Result<bool, FleetError> {
-        let t = self.timeout;
-        let prefix = keys.members();
-        let txn = Txn::new().and_then([
-            TxnOp::get(
-                prefix.as_str(),
-                Some(
-                    GetOptions::new()
-                        .with_prefix()
-                        .with_keys_only()
-                        .with_min_mod_revision(revision + 1)
-                        .with_limit(1),
-                ),
-            ),
-            TxnOp::get(
-                prefix.as_str(),
-                Some(GetOptions::new().with_prefix().with_count_only()),
-            ),
-        ]);
-        let resp = bounded(t, "look at the members", self.client.txn(txn)).await?;
-        let answers = resp.op_responses();
-        match (answers.first(), answers.get(1)) {
-            (Some(TxnOpResponse::Get(changed)), Some(TxnOpResponse::Get(n))) => {
-                Ok(!changed.kvs().is_empty() || usize::try_from(n.count()).ok() != Some(count))
-            }
-            _ => Err(FleetError::Protocol(
-                "the members' read has no answer".to_owned(),
-            )),
-        }
-    }
-
     /// Every member key's node and value, and the revision of the read (the storm guard's
     /// count; read only while a disruptive repair asks).
     pub async fn members(
@@ -1066,6 +1029,25 @@ impl Connection {
             })
             .collect();
         Ok((revision, members))
+    }
+
+    /// Watch every member key from `since` on (puts and deletes): what keeps a
+    /// [`MemberCache`](super::member_cache::MemberCache) read at `since - 1` up to date.
+    /// etcd 3.4 serves a watch from a passed revision from its catch-up loop, so its first
+    /// events may come up to 100 ms late; none is missed.
+    pub async fn watch_members(
+        &mut self,
+        keys: &Keys,
+        since: i64,
+    ) -> Result<WatchStream, FleetError> {
+        let t = self.timeout;
+        let options = WatchOptions::new().with_prefix().with_start_revision(since);
+        bounded(
+            t,
+            "watch the members",
+            self.client.watch(keys.members(), Some(options)),
+        )
+        .await
     }
 
     /// Watch what `plan` names (deletes only, but the holder keys' puts for the head of the

@@ -13,6 +13,7 @@
 pub mod actor;
 pub mod etcd;
 pub mod group;
+pub mod member_cache;
 pub mod policy;
 pub mod settings;
 pub mod storm;
@@ -314,7 +315,10 @@ impl Fleet {
         let mut view = actor::view_of(settings, &snap, true, None, 0);
         if settings.max_unhealthy != storm::MaxUnhealthy::Off {
             let (_, members) = conn.members(&keys).await?;
-            view.health = Some(actor::health_of(settings, &members));
+            view.health = Some(actor::health_of(
+                settings,
+                members.iter().map(|(n, v)| (n.as_str(), v.as_slice())),
+            ));
         }
         Ok(view)
     }
