@@ -1298,6 +1298,7 @@ fn a_release_hands_its_slot_over_or_falls_back_to_a_plain_release() {
                     x_lease,
                     snap.revision,
                     1,
+                    &[],
                 )
                 .await
                 .unwrap()
@@ -1378,6 +1379,7 @@ fn a_release_through_the_waiters_read_behind_it_keeps_the_queue_order() {
                 x_lease,
                 snap.revision,
                 1,
+                &[],
             )
             .await
             .unwrap()
@@ -1669,6 +1671,95 @@ fn a_far_waiters_watch_from_its_join_misses_nothing_since() {
         assert!(
             nothing.is_err(),
             "a watch from now saw a delete made before it"
+        );
+    });
+}
+
+/// A head of the queue that tries a free slot while a releasing holder hands it another: its
+/// grant fails on its own queue key, and the same transaction gives the free slot to the
+/// waiter behind it (before, the slot stayed free for the next head, which met the same race:
+/// at quick turns 15–25 heads in a row). Against the real cluster: two slots, `a` holds slot
+/// 0, slot 1 free, `w1` heads the queue with `w2` behind; `a`'s release hands slot 0 to `w1`
+/// between `w1`'s read and its grant of slot 1; that grant's answer shows `w1` holding slot 0,
+/// and etcd holds `w1` in slot 0 and `w2` in slot 1 (on `w2`'s lease, its queue key gone),
+/// never more than two holders in its history.
+#[test]
+fn a_failed_grant_gives_the_free_slot_to_the_waiter_behind() {
+    use pleg_guard::fleet::MaxDisruptive;
+    use pleg_guard::fleet::etcd::Released;
+
+    let Some(etcd) = require_etcd(3) else {
+        return;
+    };
+    let rt = runtime();
+    rt.block_on(async {
+        let group = "free-slot";
+        let (mut conn, keys) = direct_connection(&etcd, group).await;
+        let two = MaxDisruptive::Count(std::num::NonZeroU32::new(2).expect("2"));
+        let mut lease = BTreeMap::new();
+        for n in ["a", "w1", "w2"] {
+            let (l, alive) = conn.new_lease(secs(30)).await.unwrap();
+            lease.insert(n, (l, alive));
+        }
+        let (a_me, a_snap) = join_planned(&mut conn, &keys, "a", lease["a"].0).await;
+        let a_grant = conn
+            .grant(
+                &keys,
+                "a",
+                &a_me,
+                0,
+                2,
+                holder_value("a"),
+                lease["a"].0,
+                a_snap.revision,
+                1,
+                &[],
+            )
+            .await
+            .unwrap()
+            .expect("a granted")
+            .0;
+        let (w1_me, _) = join_planned(&mut conn, &keys, "w1", lease["w1"].0).await;
+        let (w2_me, _) = join_planned(&mut conn, &keys, "w2", lease["w2"].0).await;
+        let w1_read = conn.snapshot(&keys, "w1", Some(&w1_me), 2).await.unwrap();
+        assert_eq!(w1_read.ahead, 0, "w1 heads the queue");
+        let behind = w1_read.behind.clone().expect("the waiters behind w1");
+        assert_eq!(behind.heads.len(), 1);
+        assert_eq!(behind.heads[0].create_revision, w2_me.create_revision);
+
+        // a's release reads the head and hands slot 0 to w1
+        let released = conn.release(&keys, 0, a_grant, two, None).await.unwrap();
+        assert_eq!(released, Released::HandedOver);
+        // w1 tries slot 1, free at its read: its queue key is gone, so slot 1 goes to w2
+        let answer = conn
+            .grant(
+                &keys,
+                "w1",
+                &w1_me,
+                1,
+                2,
+                holder_value("w1"),
+                lease["w1"].0,
+                w1_read.revision,
+                2,
+                &behind.heads,
+            )
+            .await
+            .unwrap();
+        let Err(after) = answer else {
+            panic!("w1's grant of slot 1 held though slot 0 was handed to it")
+        };
+        let held = after.held_by("w1", lease["w1"].0).expect("w1 holds slot 0");
+        assert_eq!(held.index, 0);
+        let held = after.held_by("w2", lease["w2"].0).expect("w2 holds slot 1");
+        assert_eq!(held.index, 1);
+        assert_eq!(after.waiting, 0, "nobody waits");
+        let replay = Replay::of(&etcd, group);
+        assert_eq!(replay.max_holders().0, 2, "{:?}", replay.holders);
+        assert_eq!(
+            etcd.get(&keys.queued(Urgency::Planned, "w2")).unwrap(),
+            None,
+            "w2's request went with its grant"
         );
     });
 }

@@ -805,6 +805,7 @@ impl Actor {
                             lease,
                             snap.revision,
                             depth,
+                            snap.behind.as_ref().map_or(&[][..], |b| b.heads.as_slice()),
                         )
                         .await?
                     {

@@ -19,7 +19,7 @@ use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName}
 use super::Urgency;
 use super::group::{
     Cmp, Cond, HANDOFF_CANDIDATES, Head, Held, Keys, Op, RawKv, Snapshot, Successors, TxnPlan,
-    WatchPlan, delete_plan, grant_plan, handoff_plan, successors_wanted,
+    WatchPlan, delete_plan, free_slot_plan, grant_plan, handoff_plan, successors_wanted,
 };
 use super::{FleetError, FleetSettings, TlsFiles};
 use super::{MaxDisruptive, Urgency as U};
@@ -795,9 +795,12 @@ impl Connection {
         lease: i64,
         read_revision: i64,
         depth: usize,
+        behind: &[Head],
     ) -> Result<Result<(i64, Successors), Snapshot>, FleetError> {
         let t = self.timeout;
         let queued = keys.queued(me.urgency, node);
+        // failed, the slot still free goes to the waiters behind (`free_slot_plan`)
+        let offer = free_slot_plan(keys, index, max, behind, std::time::SystemTime::now());
         let plan = grant_plan(
             keys,
             &queued,
@@ -810,8 +813,11 @@ impl Connection {
             read_revision,
         );
         let writes = plan.then.len();
-        let txn = txn_reading(&plan, Self::successors_ops(keys, me, depth))
-            .or_else(Self::snapshot_ops(keys, Some(me), node, depth));
+        let mut otherwise: Vec<TxnOp> = offer.iter().map(|o| TxnOp::txn(txn_of(o))).collect();
+        let read_from = otherwise.len();
+        // after the offers: the read shows what they did
+        otherwise.extend(Self::snapshot_ops(keys, Some(me), node, depth));
+        let txn = txn_reading(&plan, Self::successors_ops(keys, me, depth)).or_else(otherwise);
         let resp = bounded(t, "grant transaction", self.client.txn(txn)).await?;
         let revision = resp.header().map_or(0, |h| h.revision());
         let answers = resp.op_responses();
@@ -819,7 +825,11 @@ impl Connection {
             let behind = Self::successors_of(answers.get(writes..).unwrap_or(&[]), depth);
             return Ok(Ok((revision, behind)));
         }
-        Self::snapshot_of(keys, Some(me), node, depth, revision, &answers).map(Err)
+        if read_from > 0 && handed_over(false, &answers) {
+            turn_step!(node, "free_slot_handed", revision);
+        }
+        let read = answers.get(read_from..).unwrap_or(&[]);
+        Self::snapshot_of(keys, Some(me), node, depth, revision, read).map(Err)
     }
 
     /// Delete queue key `key` if it is still the one created at `create_revision` (a
