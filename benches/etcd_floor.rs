@@ -14,7 +14,16 @@
 //!   write throughput when N writers keep it busy;
 //! - `chain`: a writer puts a key, a second client watching it puts another as soon as it sees
 //!   the first: a write seen through a watch and answered with a write, the least a handoff
-//!   through a watch can take (p50/p99 ms).
+//!   through a watch can take (p50/p99 ms);
+//! - `ring`: the least a grant protocol of two writes a grant can cost here, with nothing to
+//!   read and nothing to set up: `RING_MEMBERS` clients, each with its own connection and its
+//!   lease, each watching its own token key from the start; `RING_SLOTS` tokens. A client that
+//!   sees its token put hands it to the client `RING_SLOTS` further on (one Txn: its key still
+//!   its grant's revision → delete it, put the next one's, on the next one's lease), then joins
+//!   again (a put on its lease), then waits: the fleet bench's loop at hold 0 (handoffs per s).
+//!   `PLEG_RING_READ=1`, `PLEG_RING_NEWWATCH=1`, `PLEG_RING_REWATCH=1`, `PLEG_RING_SCAN=1` and
+//!   `PLEG_RING_OFFERS=N` add one part of a real protocol each ([`RingCosts`]), to price it by
+//!   what it takes off the line (issue 28's ninth look).
 
 #[path = "../tests/support/etcd.rs"]
 mod etcd;
@@ -25,12 +34,18 @@ mod support {
 use std::time::{Duration, Instant};
 
 use etcd::EtcdCluster;
-use etcd_client::{Compare, CompareOp, Txn, TxnOp, WatchOptions};
+use etcd_client::{
+    Compare, CompareOp, EventType, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
+    WatchOptions,
+};
 use support::client::client;
 
 const SEQ: usize = 500;
 const CONC_SECS: u64 = 5;
 const CHAIN: usize = 300;
+const RING_MEMBERS: usize = 50;
+const RING_SLOTS: usize = 5;
+const RING_SECS: u64 = 10;
 
 fn quantile(v: &mut [f64], q: f64) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -164,5 +179,219 @@ fn main() {
             quantile(&mut lat, 0.5),
             quantile(&mut lat, 0.99)
         );
+        ring(&etcd).await;
     });
+}
+
+/// What the `ring` line adds to its two writes a handoff, to price a protocol's parts
+/// (`PLEG_RING_…` in the environment; the line names them).
+#[derive(Debug, Default, Clone, Copy)]
+struct RingCosts {
+    /// `PLEG_RING_READ=1`: a linearizable count-only read per handoff.
+    read: bool,
+    /// `PLEG_RING_NEWWATCH=1`: a new watch stream per handoff (the old one dropped).
+    new_watch: bool,
+    /// `PLEG_RING_REWATCH=1`: the watch cancelled and made again on the same stream.
+    rewatch: bool,
+    /// `PLEG_RING_SCAN=1`: the join reads the newest queue keys by create revision with it.
+    scan: bool,
+    /// `PLEG_RING_OFFERS=N`: N offers more in the handoff's else branch, never tried (a
+    /// release's nested offers, ~0.5 KB each).
+    offers: usize,
+}
+
+impl RingCosts {
+    fn from_env() -> RingCosts {
+        let on = |name: &str| std::env::var(name).is_ok_and(|v| v == "1");
+        RingCosts {
+            read: on("PLEG_RING_READ"),
+            new_watch: on("PLEG_RING_NEWWATCH"),
+            rewatch: on("PLEG_RING_REWATCH"),
+            scan: on("PLEG_RING_SCAN"),
+            offers: std::env::var("PLEG_RING_OFFERS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0),
+        }
+    }
+}
+
+/// `n` offers of `next_tok` to made-up waiters, nested, none of which can hold: the bytes of
+/// a release's offers, riding in the else branch.
+fn untried_offers(
+    n: usize,
+    my_tok: &str,
+    revision: i64,
+    next_tok: &str,
+    lease: i64,
+) -> Option<Txn> {
+    let mut orelse: Option<Txn> = None;
+    for k in 0..n {
+        let waiter = format!("/floor/ring/queue/planned/waiter-node-{k:04}");
+        let value = format!(
+            r#"{{"node":"waiter-node-{k:04}","action":"restart-kubelet","urgency":"planned","since":"2026-12-05T15:00:00.123456789Z","granted_at":"2026-12-05T15:00:01.123456789Z"}}"#
+        );
+        let mut offer = Txn::new()
+            .when([
+                Compare::mod_revision(my_tok, CompareOp::Equal, revision),
+                Compare::create_revision("/floor/ring/holders/000005", CompareOp::Equal, 0)
+                    .with_range("/floor/ring/holders0"),
+                Compare::create_revision(waiter.as_str(), CompareOp::Equal, 12345),
+                Compare::create_revision("/floor/ring/queue/planned/", CompareOp::Greater, 12344)
+                    .with_range("/floor/ring/queue/planned0"),
+            ])
+            .and_then([
+                TxnOp::put(next_tok, value, Some(PutOptions::new().with_lease(lease))),
+                TxnOp::delete(waiter.as_str(), None),
+            ]);
+        if let Some(e) = orelse.take() {
+            offer = offer.or_else([TxnOp::txn(e)]);
+        }
+        orelse = Some(offer);
+    }
+    orelse
+}
+
+/// The `ring` line: see the module doc.
+async fn ring(etcd: &EtcdCluster) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let costs = RingCosts::from_env();
+    let tok = |i: usize| format!("/floor/ring/tok/{i:02}");
+    let mut clients = Vec::new();
+    let mut leases = Vec::new();
+    let mut watches = Vec::new();
+    for i in 0..RING_MEMBERS {
+        let mut c = client(etcd).await;
+        let lease = c
+            .lease_grant(60, None)
+            .await
+            .unwrap_or_else(|e| panic!("lease: {e}"))
+            .id();
+        let w = c
+            .watch(tok(i), Some(WatchOptions::new()))
+            .await
+            .unwrap_or_else(|e| panic!("watch: {e}"));
+        clients.push(c);
+        leases.push(lease);
+        watches.push(w);
+    }
+    let passed = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for (i, (mut c, mut w)) in clients.into_iter().zip(watches).enumerate() {
+        let next = (i + RING_SLOTS) % RING_MEMBERS;
+        let (mine, theirs) = (leases[i], leases[next]);
+        let (my_tok, next_tok) = (tok(i), tok(next));
+        let passed = passed.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut watch_id = -1;
+            // a new watch from now may land on a member behind the one that answered the
+            // handoff (the client balances over the endpoints), which shows that put again
+            let mut handed_at = 0;
+            loop {
+                let revision = match w.message().await {
+                    Ok(Some(r)) if r.created() => {
+                        watch_id = r.watch_id();
+                        continue;
+                    }
+                    Ok(Some(r)) if r.watch_id() != watch_id => continue,
+                    Ok(Some(r)) => match r
+                        .events()
+                        .iter()
+                        .filter(|e| e.event_type() == EventType::Put)
+                        .filter_map(|e| e.kv())
+                        .find(|kv| kv.mod_revision() > handed_at)
+                    {
+                        Some(kv) => kv.mod_revision(),
+                        None => continue,
+                    },
+                    other => panic!("ring watch ended: {other:?}"),
+                };
+                // this client's next token comes only after this one went round its chain
+                if costs.new_watch {
+                    w = c
+                        .watch(my_tok.as_str(), Some(WatchOptions::new()))
+                        .await
+                        .unwrap_or_else(|e| panic!("watch: {e}"));
+                } else if costs.rewatch {
+                    w.cancel(watch_id)
+                        .await
+                        .unwrap_or_else(|e| panic!("cancel: {e}"));
+                    w.watch(my_tok.as_str(), Some(WatchOptions::new()))
+                        .await
+                        .unwrap_or_else(|e| panic!("watch: {e}"));
+                }
+                let mut handoff = Txn::new()
+                    .when([Compare::mod_revision(
+                        my_tok.as_str(),
+                        CompareOp::Equal,
+                        revision,
+                    )])
+                    .and_then([
+                        TxnOp::delete(my_tok.as_str(), None),
+                        TxnOp::put(
+                            next_tok.as_str(),
+                            "holder",
+                            Some(PutOptions::new().with_lease(theirs)),
+                        ),
+                    ]);
+                if let Some(e) = untried_offers(costs.offers, &my_tok, revision, &next_tok, theirs)
+                {
+                    handoff = handoff.or_else([TxnOp::txn(e)]);
+                }
+                let handed = c
+                    .txn(handoff)
+                    .await
+                    .unwrap_or_else(|e| panic!("handoff: {e}"));
+                assert!(handed.succeeded(), "{my_tok}: the token's handoff failed");
+                handed_at = handed.header().map_or(revision, |h| h.revision());
+                if costs.read {
+                    c.get(
+                        "/floor/ring/queue/",
+                        Some(GetOptions::new().with_prefix().with_count_only()),
+                    )
+                    .await
+                    .unwrap_or_else(|e| panic!("read: {e}"));
+                }
+                let key = format!("/floor/ring/queue/{i:02}");
+                let mut join = vec![TxnOp::put(
+                    key.as_str(),
+                    "waiting",
+                    Some(PutOptions::new().with_lease(mine)),
+                )];
+                if costs.scan {
+                    let ahead = GetOptions::new()
+                        .with_prefix()
+                        .with_keys_only()
+                        .with_sort(SortTarget::Create, SortOrder::Descend)
+                        .with_limit(6);
+                    join.push(TxnOp::get("/floor/ring/queue/", Some(ahead)));
+                }
+                c.txn(Txn::new().and_then(join))
+                    .await
+                    .unwrap_or_else(|e| panic!("join: {e}"));
+                passed.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+    }
+    let mut starter = client(etcd).await;
+    for (i, &lease) in leases.iter().enumerate().take(RING_SLOTS) {
+        starter
+            .put(tok(i), "holder", Some(PutOptions::new().with_lease(lease)))
+            .await
+            .unwrap_or_else(|e| panic!("put: {e}"));
+    }
+    // one second to get going, then count
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (t0, before) = (Instant::now(), passed.load(Ordering::Relaxed));
+    tokio::time::sleep(Duration::from_secs(RING_SECS)).await;
+    let total = passed.load(Ordering::Relaxed) - before;
+    let elapsed = t0.elapsed().as_secs_f64();
+    for t in tasks {
+        t.abort();
+    }
+    println!(
+        "etcd-floor ring members={RING_MEMBERS} slots={RING_SLOTS} handoffs_per_s={:.0} costs={costs:?}",
+        total as f64 / elapsed
+    );
 }
