@@ -50,8 +50,9 @@
 //!
 //! A third line per load, `fleet-bench-cost`, says what a grant cost the machine: CPU
 //! milliseconds of the three etcd members together (`process_cpu_seconds_total`) and of this
-//! process (every member's client, the observer), and the gRPC messages etcd received per
-//! grant by method. `PLEG_ETCD_PPROF=1` starts the members with `--enable-pprof`, for
+//! process (every member's client, the observer), the bytes the three members wrote to their
+//! WALs and received from their clients, and the gRPC messages etcd received per grant by
+//! method. `PLEG_ETCD_PPROF=1` starts the members with `--enable-pprof`, for
 //! `go tool pprof` on their client URLs.
 
 #[path = "../tests/support/etcd.rs"]
@@ -126,6 +127,11 @@ struct Counters {
     client_cpu_s: f64,
     /// gRPC messages received, by method, over every member.
     by_method: BTreeMap<String, f64>,
+    /// Bytes written to the WAL, over every member (`etcd_disk_wal_write_bytes_total`).
+    wal_bytes: f64,
+    /// Bytes etcd received from its clients, over every member
+    /// (`etcd_network_client_grpc_received_bytes_total`).
+    client_rx_bytes: f64,
 }
 
 /// This process's CPU time (user + system), from `/proc/self/stat`.
@@ -166,6 +172,14 @@ fn counters(etcd: &EtcdCluster) -> Counters {
             .map(|t| sum(t, "process_cpu_seconds_total", ""))
             .sum(),
         client_cpu_s: own_cpu_s(),
+        wal_bytes: texts
+            .iter()
+            .map(|t| sum(t, "etcd_disk_wal_write_bytes_total", ""))
+            .sum(),
+        client_rx_bytes: texts
+            .iter()
+            .map(|t| sum(t, "etcd_network_client_grpc_received_bytes_total", ""))
+            .sum(),
         by_method: {
             let mut m = BTreeMap::new();
             for t in &texts {
@@ -693,12 +707,14 @@ fn run_load(
             .map(|(m, d)| format!("{m}={:.2}", d / grants))
             .collect();
         let cost = format!(
-            "fleet-bench-cost members={} max={} hold_ms={} etcd_cpu_ms_per_grant={:.2} client_cpu_ms_per_grant={:.2} received_per_grant: {}",
+            "fleet-bench-cost members={} max={} hold_ms={} etcd_cpu_ms_per_grant={:.2} client_cpu_ms_per_grant={:.2} wal_bytes_per_grant={:.0} client_bytes_per_grant={:.0} received_per_grant: {}",
             load.members,
             load.max,
             load.hold_ms,
             (after.etcd_cpu_s - before.etcd_cpu_s) * 1000.0 / grants,
             (after.client_cpu_s - before.client_cpu_s) * 1000.0 / grants,
+            (after.wal_bytes - before.wal_bytes) / grants,
+            (after.client_rx_bytes - before.client_rx_bytes) / grants,
             per_method.join(" "),
         );
         println!("{cost}");
