@@ -531,6 +531,19 @@ pub const HANDOFF_CANDIDATES: usize = 5;
 /// The most waiters one release offers its slot to (the nested transaction's depth).
 pub const MAX_OFFERS: usize = 16;
 
+/// How many waiters past `max` a release offers its slot to, of those it read. The other
+/// `max - 1` holders may each have handed a slot to one of them since the read, and a slot
+/// may have turned over once more meanwhile. Every offer rides in the release's transaction
+/// through raft to every member's log whether it is tried or not (~0.6 KB each), so the list
+/// is cut there (issue 28's ninth look: at 50/5/0, of 2,000 releases offering 10, the slot
+/// went at the 1st to 6th offer in all but 10, at the 7th in 9 and the 8th in 1).
+pub const OFFERS_PAST_MAX: usize = 2;
+
+/// How many waiters a release offers its slot to with `max` slots in the group.
+pub fn offers_for(max: usize) -> usize {
+    max.saturating_add(OFFERS_PAST_MAX).min(MAX_OFFERS)
+}
+
 /// How long the waiters read behind a node stay good enough to hand its slot to without
 /// reading the queue's head again. A slot turned over within it (a burst of short repairs)
 /// is released in one round trip instead of two; one held longer reads the head first, since
@@ -600,7 +613,7 @@ impl Head {
 
 /// The release of slot `index` (granted at `grant_revision`) that hands it straight to the
 /// first of `heads` (waiters at the head of the queue, in queue order, at most
-/// [`MAX_OFFERS`] used) still waiting, in the same revision: offered to a waiter if
+/// [`offers_for`]`(max)` used) still waiting, in the same revision: offered to a waiter if
 /// and only if this node's holder key is still its grant, the waiter's queue key is still the
 /// one read, nobody is ahead of it (no older emergency; for a planned waiter no emergency at
 /// all and no older planned request: so the waiters before it in `heads` are gone),
@@ -667,8 +680,8 @@ pub fn free_slot_plan(
     ))
 }
 
-/// Offers of the slot at `holder` to each of `heads` in turn (at most [`MAX_OFFERS`]), each
-/// while `slot` holds, and `last` when none qualifies: see [`handoff_plan`].
+/// Offers of the slot at `holder` to each of `heads` in turn (the first [`offers_for`]`(max)`
+/// of them), each while `slot` holds, and `last` when none qualifies: see [`handoff_plan`].
 fn offers(
     keys: &Keys,
     holder: &str,
@@ -679,7 +692,7 @@ fn offers(
     last: Option<TxnPlan>,
 ) -> TxnPlan {
     let mut plan = last;
-    for head in heads.iter().take(MAX_OFFERS).rev() {
+    for head in heads.iter().take(offers_for(max)).rev() {
         let Ok(value) = serde_json::to_vec(&HolderValue {
             node: head.value.node.clone(),
             action: head.value.action.clone(),
@@ -1207,6 +1220,45 @@ mod tests {
             assert!(f.txn(&plan).is_some());
             assert_eq!(f.holder(&k, 0), None, "withdrew: {withdrew}");
         }
+    }
+
+    /// The offers nested in `plan`, outermost first.
+    fn offered(plan: &TxnPlan) -> usize {
+        let mut n = 0;
+        let mut at = Some(plan);
+        while let Some(p) = at {
+            if p.then.iter().any(|op| matches!(op, Op::Put { .. })) {
+                n += 1;
+            }
+            at = p.otherwise.as_deref();
+        }
+        n
+    }
+
+    #[test]
+    fn a_release_offers_its_slot_to_max_plus_two_waiters_of_those_it_read() {
+        let (k, mut f, a) = a_holds_slot_0_of(5);
+        for i in 0..12 {
+            f.join(&k, &format!("w{i:02}"), Urgency::Planned, 100 + i);
+        }
+        let heads = f.heads(&k, MAX_OFFERS);
+        assert_eq!(heads.len(), 12);
+        let Some(plan) = handoff_plan(&k, 0, a, 5, &heads, SystemTime::UNIX_EPOCH) else {
+            panic!("no handoff")
+        };
+        assert_eq!(offered(&plan), 7, "max 5 + OFFERS_PAST_MAX");
+        // the first seven served meanwhile (by the other holders, or they left): a plain
+        // release, the slot free for the eighth's own grant
+        for i in 0..7 {
+            f.expire(100 + i);
+        }
+        assert!(f.txn(&plan).is_some());
+        assert_eq!(f.holder(&k, 0), None);
+        let Some(plan) = handoff_plan(&k, 0, a, 1, &heads, SystemTime::UNIX_EPOCH) else {
+            panic!("no handoff")
+        };
+        assert_eq!(offered(&plan), 3, "max 1 + OFFERS_PAST_MAX");
+        assert_eq!(offers_for(100), MAX_OFFERS);
     }
 
     #[test]
