@@ -380,6 +380,7 @@ fn txn_reading(plan: &TxnPlan, also: Vec<TxnOp>) -> Txn {
                 (*lease != 0).then(|| PutOptions::new().with_lease(*lease)),
             ),
             Op::Delete { key } => TxnOp::delete(key.clone(), None),
+            Op::Txn(inner) => TxnOp::txn(txn_of(inner)),
         })
         .chain(also)
         .collect();
@@ -400,15 +401,15 @@ pub enum Released {
     Freed,
 }
 
-/// Whether a handoff's transaction (nested: each else the next waiter, the last a plain
-/// release) handed the slot over: some level's compares held, other than the last's.
-fn handed_over(succeeded: bool, answers: &[TxnOpResponse]) -> bool {
-    if succeeded {
-        // a handoff puts the holder key; the plain release only deletes it
-        return matches!(answers.first(), Some(TxnOpResponse::Put(_)));
-    }
+/// Whether a handoff's transaction ([`handoff_plan`]: the offers nested in the branch the
+/// shared compares lead to, each else the next waiter, the last a plain release) handed the
+/// slot over: the branch taken put the holder key.
+fn handed_over(answers: &[TxnOpResponse]) -> bool {
+    // the answers of the branch taken: first a put (a handoff), a delete (the plain release)
+    // or the nested transaction it went on to
     match answers.first() {
-        Some(TxnOpResponse::Txn(inner)) => handed_over(inner.succeeded(), &inner.op_responses()),
+        Some(TxnOpResponse::Put(_)) => true,
+        Some(TxnOpResponse::Txn(inner)) => handed_over(&inner.op_responses()),
         _ => false,
     }
 }
@@ -825,7 +826,7 @@ impl Connection {
             let behind = Self::successors_of(answers.get(writes..).unwrap_or(&[]), depth);
             return Ok(Ok((revision, behind)));
         }
-        if read_from > 0 && handed_over(false, &answers) {
+        if read_from > 0 && handed_over(&answers) {
             turn_step!(node, "free_slot_handed", revision);
         }
         let read = answers.get(read_from..).unwrap_or(&[]);
@@ -1005,13 +1006,11 @@ impl Connection {
             "release_answered",
             resp.header().map_or(0, |h| h.revision())
         );
-        Ok(
-            if handing && handed_over(resp.succeeded(), &resp.op_responses()) {
-                Released::HandedOver
-            } else {
-                Released::Freed
-            },
-        )
+        Ok(if handing && handed_over(&resp.op_responses()) {
+            Released::HandedOver
+        } else {
+            Released::Freed
+        })
     }
 
     /// Every member key's node and value, and the revision of the read (the storm guard's

@@ -422,6 +422,9 @@ pub enum Op {
         /// The key.
         key: Vec<u8>,
     },
+    /// A nested transaction, its compares read at the same revision as the outer ones (so a
+    /// compare every branch shares is made once, outside).
+    Txn(Box<TxnPlan>),
 }
 
 /// A write transaction: `then` if every compare holds, else `otherwise` (a nested
@@ -682,6 +685,15 @@ pub fn free_slot_plan(
 
 /// Offers of the slot at `holder` to each of `heads` in turn (the first [`offers_for`]`(max)`
 /// of them), each while `slot` holds, and `last` when none qualifies: see [`handoff_plan`].
+///
+/// The compares every offer shares are made once (issue 28's ninth look: each offer rides in
+/// the transaction to every member's log, tried or not): `slot` and no holder at an index
+/// `>= max` around them all, and, around the planned waiters' offers, no emergency waiting.
+/// So it is: if `slot` and none `>= max` then (the emergencies' offers in turn, else if no
+/// emergency waits then the planned waiters' offers in turn, else `last`), else `last`. Each
+/// offer compares its waiter's queue key (still the one read) first, as it fails when that
+/// waiter was served meanwhile, before the range compare that reads its whole queue (nobody
+/// older). `heads` is in queue order, emergencies first, as every read lists them.
 fn offers(
     keys: &Keys,
     holder: &str,
@@ -691,8 +703,53 @@ fn offers(
     granted_at: SystemTime,
     last: Option<TxnPlan>,
 ) -> TxnPlan {
-    let mut plan = last;
-    for head in heads.iter().take(offers_for(max)).rev() {
+    let offered = &heads[..heads.len().min(offers_for(max))];
+    let (emergencies, planned): (Vec<&Head>, Vec<&Head>) = offered
+        .iter()
+        .partition(|h| h.value.urgency == Urgency::Emergency);
+    let planned_part = if planned.is_empty() {
+        last.clone()
+    } else {
+        let (queue, queue_end) = queue_range(keys, Urgency::Emergency);
+        Some(TxnPlan {
+            when: vec![Cond::CreateRevision {
+                key: queue,
+                end: Some(queue_end),
+                cmp: Cmp::Equal,
+                revision: 0,
+            }],
+            then: vec![Op::Txn(Box::new(
+                offers_in_turn(keys, holder, &planned, granted_at, last.clone())
+                    .unwrap_or_default(),
+            ))],
+            otherwise: last.clone().map(Box::new),
+        })
+    };
+    let in_turn = offers_in_turn(keys, holder, &emergencies, granted_at, planned_part);
+    TxnPlan {
+        when: vec![slot.clone(), none_at_or_above(keys, max)],
+        then: in_turn.map(|t| Op::Txn(Box::new(t))).into_iter().collect(),
+        otherwise: last.map(Box::new),
+    }
+}
+
+/// The key range of queue `urgency`.
+fn queue_range(keys: &Keys, urgency: Urgency) -> (Vec<u8>, Vec<u8>) {
+    let prefix = keys.queue(urgency);
+    (prefix.as_bytes().to_vec(), prefix_end(&prefix))
+}
+
+/// The slot at `holder` offered to each of `heads` (one queue's, in its order) in turn, each
+/// only while that waiter still waits with nobody older in its queue; else `tail`.
+fn offers_in_turn(
+    keys: &Keys,
+    holder: &str,
+    heads: &[&Head],
+    granted_at: SystemTime,
+    tail: Option<TxnPlan>,
+) -> Option<TxnPlan> {
+    let mut plan = tail;
+    for head in heads.iter().rev() {
         let Ok(value) = serde_json::to_vec(&HolderValue {
             node: head.value.node.clone(),
             action: head.value.action.clone(),
@@ -702,39 +759,23 @@ fn offers(
         }) else {
             continue;
         };
-        let queue = |u: Urgency| {
-            let prefix = keys.queue(u);
-            (prefix.as_bytes().to_vec(), prefix_end(&prefix))
-        };
-        let (emergencies, emergencies_end) = queue(Urgency::Emergency);
-        let (own, own_end) = queue(head.value.urgency);
-        let mut when = vec![
-            slot.clone(),
-            none_at_or_above(keys, max),
-            Cond::CreateRevision {
-                key: head.key.clone(),
-                end: None,
-                cmp: Cmp::Equal,
-                revision: head.create_revision,
-            },
-            // the waiter's queue holds the waiter, so the range is not empty: nobody older
-            Cond::CreateRevision {
-                key: own,
-                end: Some(own_end),
-                cmp: Cmp::Greater,
-                revision: head.create_revision - 1,
-            },
-        ];
-        if head.value.urgency == Urgency::Planned {
-            when.push(Cond::CreateRevision {
-                key: emergencies,
-                end: Some(emergencies_end),
-                cmp: Cmp::Equal,
-                revision: 0,
-            });
-        }
+        let (own, own_end) = queue_range(keys, head.value.urgency);
         plan = Some(TxnPlan {
-            when,
+            when: vec![
+                Cond::CreateRevision {
+                    key: head.key.clone(),
+                    end: None,
+                    cmp: Cmp::Equal,
+                    revision: head.create_revision,
+                },
+                // the waiter's queue holds the waiter, so the range is not empty: nobody older
+                Cond::CreateRevision {
+                    key: own,
+                    end: Some(own_end),
+                    cmp: Cmp::Greater,
+                    revision: head.create_revision - 1,
+                },
+            ],
             then: vec![
                 Op::Put {
                     key: holder.as_bytes().to_vec(),
@@ -748,7 +789,7 @@ fn offers(
             otherwise: plan.map(Box::new),
         });
     }
-    plan.unwrap_or_default()
+    plan
 }
 
 #[cfg(test)]
@@ -979,14 +1020,33 @@ mod tests {
             }
         }
 
-        /// Run `plan`: the revision it wrote (None: it wrote nothing).
-        fn txn(&mut self, plan: &TxnPlan) -> Option<i64> {
+        /// The writes `plan` makes, every compare (nested ones too) read before any write,
+        /// as etcd does.
+        fn writes<'p>(&self, plan: &'p TxnPlan, out: &mut Vec<&'p Op>) {
             let mut p = plan;
             while !p.when.iter().all(|c| self.holds(c)) {
-                p = p.otherwise.as_deref()?;
+                match p.otherwise.as_deref() {
+                    Some(o) => p = o,
+                    None => return,
+                }
+            }
+            for op in &p.then {
+                match op {
+                    Op::Txn(inner) => self.writes(inner, out),
+                    op => out.push(op),
+                }
+            }
+        }
+
+        /// Run `plan`: the revision it wrote (None: it wrote nothing).
+        fn txn(&mut self, plan: &TxnPlan) -> Option<i64> {
+            let mut ops = Vec::new();
+            self.writes(plan, &mut ops);
+            if ops.is_empty() {
+                return None;
             }
             self.rev += 1;
-            for op in &p.then {
+            for op in ops {
                 match op {
                     Op::Put { key, value, lease } => {
                         let create = self.kvs.get(key).map_or(self.rev, |v| v.1);
@@ -996,6 +1056,7 @@ mod tests {
                     Op::Delete { key } => {
                         self.kvs.remove(key);
                     }
+                    Op::Txn(_) => {}
                 }
             }
             let holders = self
@@ -1222,17 +1283,18 @@ mod tests {
         }
     }
 
-    /// The offers nested in `plan`, outermost first.
+    /// The offers in `plan` (branches that put a holder key), nested ones too.
     fn offered(plan: &TxnPlan) -> usize {
-        let mut n = 0;
-        let mut at = Some(plan);
-        while let Some(p) = at {
-            if p.then.iter().any(|op| matches!(op, Op::Put { .. })) {
-                n += 1;
-            }
-            at = p.otherwise.as_deref();
-        }
-        n
+        let here = plan.then.iter().any(|op| matches!(op, Op::Put { .. }));
+        let nested: usize = plan
+            .then
+            .iter()
+            .map(|op| match op {
+                Op::Txn(inner) => offered(inner),
+                _ => 0,
+            })
+            .sum();
+        usize::from(here) + nested + plan.otherwise.as_deref().map_or(0, offered)
     }
 
     #[test]
