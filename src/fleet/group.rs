@@ -482,9 +482,10 @@ pub fn grant_plan(
         create_is(queued, create_revision),
     ];
     if urgency == Urgency::Planned {
+        let (emergencies, emergencies_end) = queue_range(keys, Urgency::Emergency);
         when.push(Cond::CreateRevision {
-            key: keys.queue(Urgency::Emergency).into_bytes(),
-            end: Some(prefix_end(&keys.queue(Urgency::Emergency))),
+            key: emergencies,
+            end: Some(emergencies_end),
             cmp: Cmp::Less,
             revision: read_revision + 1,
         });
