@@ -1,0 +1,113 @@
+//! The values of a group's keys (JSON), and a key as etcd returned it.
+
+use std::time::SystemTime;
+
+use serde::{Deserialize, Serialize};
+
+use super::super::Urgency;
+use super::keys::Keys;
+
+/// The value of a queue key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueValue {
+    /// The node.
+    pub node: String,
+    /// The action the slot is for (the contract's name).
+    pub action: String,
+    /// Emergency cure or planned reexec.
+    pub urgency: Urgency,
+    /// Since when the node asks.
+    #[serde(with = "crate::clock::time_format")]
+    pub since: SystemTime,
+}
+
+/// The value of a holder key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HolderValue {
+    /// The node.
+    pub node: String,
+    /// The action the slot is for.
+    pub action: String,
+    /// Emergency cure or planned reexec.
+    pub urgency: Urgency,
+    /// Since when the node asked.
+    #[serde(with = "crate::clock::time_format")]
+    pub since: SystemTime,
+    /// When the slot was granted.
+    #[serde(with = "crate::clock::time_format")]
+    pub granted_at: SystemTime,
+}
+
+/// The value of `members/<node>` as this daemon writes it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberValue {
+    /// The node.
+    pub node: String,
+    /// Since when this daemon is a member.
+    #[serde(with = "crate::clock::time_format")]
+    pub since: SystemTime,
+    /// pleg-guard's version.
+    pub version: String,
+    /// The findings this node acts on now (the storm guard counts members that report any).
+    pub findings: Vec<String>,
+}
+
+/// What the storm guard reads from any member key: `{"node":"n1","findings":[...]}` is all a
+/// member needs to write (other fields are ignored; no `findings`: none).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+pub struct MemberFindings {
+    /// The findings the member acts on.
+    #[serde(default)]
+    pub findings: Vec<String>,
+}
+
+impl MemberFindings {
+    /// A member key's value (an unreadable one reports nothing).
+    pub fn parse(value: &[u8]) -> MemberFindings {
+        serde_json::from_slice(value).unwrap_or_default()
+    }
+}
+
+/// One key as etcd returned it.
+#[derive(Debug, Clone, Copy)]
+pub struct RawKv<'a> {
+    /// The full key.
+    pub key: &'a [u8],
+    /// The value.
+    pub value: &'a [u8],
+    /// The revision that created the key.
+    pub create_revision: i64,
+    /// The revision that last wrote it.
+    pub mod_revision: i64,
+    /// Its lease (0: none).
+    pub lease: i64,
+}
+
+/// A slot held.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Held {
+    /// The slot's index.
+    pub index: usize,
+    /// The value, or None when it cannot be read (still a held slot).
+    pub value: Option<HolderValue>,
+    /// The key's create revision.
+    pub create_revision: i64,
+    /// The revision that wrote it: the grant's revision (a handoff overwrites a holder key,
+    /// keeping its create revision, so only this tells one grant of a slot from the next).
+    pub mod_revision: i64,
+    /// Its lease.
+    pub lease: i64,
+}
+
+impl Held {
+    /// From a key under `holders/` (None: not a holder key).
+    pub fn parse(keys: &Keys, kv: RawKv<'_>) -> Option<Held> {
+        Some(Held {
+            index: keys.index_of(kv.key)?,
+            value: serde_json::from_slice(kv.value).ok(),
+            create_revision: kv.create_revision,
+            mod_revision: kv.mod_revision,
+            lease: kv.lease,
+        })
+    }
+}
