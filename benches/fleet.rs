@@ -50,9 +50,11 @@
 //!
 //! A third line per load, `fleet-bench-cost`, says what a grant cost the machine: CPU
 //! milliseconds of the three etcd members together (`process_cpu_seconds_total`) and of this
-//! process (every member's client, the observer), the bytes the three members wrote to their
-//! WALs and received from their clients, and the gRPC messages etcd received per grant by
-//! method. `PLEG_ETCD_PPROF=1` starts the members with `--enable-pprof`, for
+//! process (every member's client, the observer), how busy that kept the machine's cores
+//! (`cpu_busy`, 1 = all of them) and the grants/s they would give at that CPU per grant
+//! (`cpu_ceiling_grants_per_s`: a run whose rate is near it was bound by the machine's CPU),
+//! the bytes the three members wrote to their WALs and received from their clients, and the
+//! gRPC messages etcd received per grant by method. `PLEG_ETCD_PPROF=1` starts the members with `--enable-pprof`, for
 //! `go tool pprof` on their client URLs.
 
 #[path = "../tests/support/etcd.rs"]
@@ -706,13 +708,22 @@ fn run_load(
             .filter(|(_, d)| *d > 0.0)
             .map(|(m, d)| format!("{m}={:.2}", d / grants))
             .collect();
+        // the machine's share used by etcd and this process over the load, and the grants/s
+        // its cores would give at this run's CPU per grant with nothing else running: where
+        // both are near 1 and the rate, the run was CPU-bound
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+        let etcd_ms = (after.etcd_cpu_s - before.etcd_cpu_s) * 1000.0 / grants;
+        let client_ms = (after.client_cpu_s - before.client_cpu_s) * 1000.0 / grants;
+        let busy = (etcd_ms + client_ms) * grants / 1000.0 / (elapsed * cores);
         let cost = format!(
-            "fleet-bench-cost members={} max={} hold_ms={} etcd_cpu_ms_per_grant={:.2} client_cpu_ms_per_grant={:.2} wal_bytes_per_grant={:.0} client_bytes_per_grant={:.0} received_per_grant: {}",
+            "fleet-bench-cost members={} max={} hold_ms={} etcd_cpu_ms_per_grant={:.2} client_cpu_ms_per_grant={:.2} cpu_busy={:.2} cpu_ceiling_grants_per_s={:.0} wal_bytes_per_grant={:.0} client_bytes_per_grant={:.0} received_per_grant: {}",
             load.members,
             load.max,
             load.hold_ms,
-            (after.etcd_cpu_s - before.etcd_cpu_s) * 1000.0 / grants,
-            (after.client_cpu_s - before.client_cpu_s) * 1000.0 / grants,
+            etcd_ms,
+            client_ms,
+            busy,
+            cores * 1000.0 / (etcd_ms + client_ms),
             (after.wal_bytes - before.wal_bytes) / grants,
             (after.client_rx_bytes - before.client_rx_bytes) / grants,
             per_method.join(" "),
