@@ -3,9 +3,10 @@
 //! on panic) and never memory out of proportion to the input.
 //!
 //! Covered here: the systemd version parsers, the config loader, journal lines, docker's
-//! JSON, the ledger file, status.json and `preempt_window` (with its arithmetic in odd time
-//! zones). The D-Bus p2p reader's own properties are in
-//! `client::p2p`'s tests, the log line assembler's in `client::log_lines`'s. Each property runs
+//! JSON, the ledger file, status.json, `preempt_window` (with its arithmetic in odd time
+//! zones) and what etcd answers the fleet module (holder, queue and member keys). The D-Bus
+//! p2p reader's own properties are in `client::p2p`'s tests, the log line assembler's in
+//! `client::log_lines`'s. Each property runs
 //! [`CASES`] inputs (a few seconds in all, unoptimised).
 
 use std::path::Path;
@@ -292,6 +293,54 @@ proptest! {
         }
     }
 
+    /// What etcd hands the fleet module from other writers (holder, queue and member keys:
+    /// any writer may write a member key) is read, counted and decided on without a panic,
+    /// whatever the key, value, revisions, lease or budget.
+    #[test]
+    fn a_groups_etcd_answers_never_panic(
+        e in edits(),
+        which in 0..3u8,
+        key in proptest::collection::vec(any::<u8>(), 0..40),
+        index in any::<u16>(),
+        revisions in (any::<i64>(), any::<i64>(), any::<i64>()),
+        ahead in 0..64usize,
+        max in (any::<u32>(), any::<u8>()),
+    ) {
+        use crate::fleet::group::{Head, Held, Keys, MemberFindings, RawKv, Snapshot};
+        use crate::fleet::storm::{Health, MaxUnhealthy};
+        use crate::fleet::MaxDisruptive;
+        let keys = Keys::new("/pleg-guard/g");
+        let sample = [HOLDER, QUEUED, MEMBER][usize::from(which)];
+        let value = mutate(sample.as_bytes(), &e);
+        let (create_revision, mod_revision, lease) = revisions;
+        let holder_key = format!("{}{index:06}", keys.holders());
+        let mut holders = Vec::new();
+        for k in [key.as_slice(), holder_key.as_bytes()] {
+            let kv = RawKv { key: k, value: &value, create_revision, mod_revision, lease };
+            holders.extend(Held::parse(&keys, kv));
+            let _ = Head::of(kv);
+        }
+        let _ = MemberFindings::parse(&value);
+        let node = String::from_utf8_lossy(&key).into_owned();
+        let health = Health::of([(node.as_str(), value.as_slice())], &["systemd-bus-wedge".to_owned()]);
+        let _ = health.storming(MaxUnhealthy::Percent(max.1.min(100)));
+        let _ = health.storming(MaxUnhealthy::Count(max.0));
+        let snapshot = Snapshot {
+            revision: mod_revision,
+            members: usize::from(max.1),
+            holders,
+            waiting: ahead,
+            ahead,
+            ..Snapshot::default()
+        };
+        let budget = match std::num::NonZeroU32::new(max.0) {
+            Some(n) => MaxDisruptive::Count(n),
+            None => MaxDisruptive::Percent(max.1.clamp(1, 100)),
+        };
+        let _ = snapshot.next(budget);
+        let _ = snapshot.held_by(&node, lease);
+    }
+
     #[test]
     fn status_files_never_panic(e in edits(), with_actions in any::<bool>()) {
         let snapshot = serde_json::to_vec(&sample_snapshot()).unwrap_or_default();
@@ -325,6 +374,13 @@ proptest! {
     }
 
 }
+
+/// A holder key's value as a node writes it (the fleet property above mutates it).
+const HOLDER: &str = r#"{"node":"n1","action":"daemon-reexec","urgency":"emergency","since":"2026-12-06T03:00:00Z","granted_at":"2026-12-06T03:00:01Z"}"#;
+/// A queue key's value.
+const QUEUED: &str = r#"{"node":"n2","action":"restart-kubelet","urgency":"planned","since":"2026-12-06T03:00:00Z"}"#;
+/// A member key's value as the contract lets any writer write it.
+const MEMBER: &str = r#"{"node":"n3","since":"2026-12-06T03:00:00Z","version":"0.1.0","findings":["logind-unresponsive","systemd-bus-wedge"]}"#;
 
 fn sample_snapshot() -> serde_json::Value {
     serde_json::json!({
@@ -372,4 +428,25 @@ fn deeply_nested_ledger_is_an_error() {
         "]".repeat(100_000)
     );
     assert!(serde_json::from_str::<Ledger>(&text).is_err());
+}
+
+/// The fleet property's samples are what the fleet module reads, unmutated: a holder, a
+/// waiter that can be handed a slot, a member reporting two findings (one of them exempt).
+#[test]
+fn the_fleet_samples_parse() {
+    use crate::fleet::group::{Head, Held, Keys, MemberFindings, RawKv};
+    let keys = Keys::new("/pleg-guard/g");
+    let key = format!("{}000003", keys.holders());
+    let kv = |value: &'static str| RawKv {
+        key: key.as_bytes(),
+        value: value.as_bytes(),
+        create_revision: 7,
+        mod_revision: 9,
+        lease: 42,
+    };
+    let held = Held::parse(&keys, kv(HOLDER));
+    assert_eq!(held.as_ref().map(|h| h.index), Some(3));
+    assert!(held.is_some_and(|h| h.value.is_some()));
+    assert!(Head::of(kv(QUEUED)).is_some());
+    assert_eq!(MemberFindings::parse(MEMBER.as_bytes()).findings.len(), 2);
 }
