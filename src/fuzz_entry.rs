@@ -128,3 +128,48 @@ pub fn config(data: &[u8]) {
             crate::fleet::FleetSettings::from_config(&c.fleet, std::time::Duration::from_secs(1));
     }
 }
+
+/// What etcd hands the fleet module from other writers: the first byte picks a key kind
+/// (holder, queue, member), the next eight the revisions and lease, the rest is the value.
+/// It is parsed, counted by the storm guard and decided on as a waiter would.
+pub fn fleet_answers(data: &[u8]) {
+    use crate::fleet::group::{Head, Held, Keys, MemberFindings, RawKv, Snapshot};
+    use crate::fleet::storm::{Health, MaxUnhealthy};
+    let Some((&which, rest)) = data.split_first() else {
+        return;
+    };
+    let (head, value) = rest.split_at(rest.len().min(8));
+    let n = |i: usize| i64::from(head.get(i).copied().unwrap_or(0));
+    let keys = Keys::new("/pleg-guard/g");
+    let key = match which % 3 {
+        0 => format!("{}{:06}", keys.holders(), which / 3),
+        1 => keys.queued(crate::fleet::Urgency::Planned, "n"),
+        _ => keys.member("n"),
+    };
+    let kv = RawKv {
+        key: key.as_bytes(),
+        value,
+        create_revision: n(0) - 128,
+        mod_revision: n(1) - 128,
+        lease: n(2) - 128,
+    };
+    let holders: Vec<Held> = Held::parse(&keys, kv).into_iter().collect();
+    let _ = Head::of(kv);
+    let _ = MemberFindings::parse(value);
+    let health = Health::of([("n", value)], &["systemd-bus-wedge".to_owned()]);
+    let _ = health.storming(MaxUnhealthy::Percent(head.get(3).copied().unwrap_or(20)));
+    let _ = health.storming(MaxUnhealthy::Count(u32::from(
+        head.get(4).copied().unwrap_or(0),
+    )));
+    let snapshot = Snapshot {
+        members: usize::from(head.get(5).copied().unwrap_or(0)),
+        ahead: usize::from(head.get(6).copied().unwrap_or(0)),
+        holders,
+        ..Snapshot::default()
+    };
+    let max = std::num::NonZeroU32::new(u32::from(head.get(7).copied().unwrap_or(1))).map_or(
+        crate::fleet::MaxDisruptive::Percent(20),
+        crate::fleet::MaxDisruptive::Count,
+    );
+    let _ = snapshot.next(max);
+}
