@@ -34,7 +34,7 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use super::etcd::{Connection, KeepAlive, Me, TlsMaterial, classify, turn_step};
+use super::etcd::{Connection, KeepAlive, Me, TlsMaterial, classify, is_delete, turn_step};
 use super::group::{
     Held, HolderValue, Keys, MemberValue, Next, QueueValue, Snapshot, Successors, WatchPlan,
     watches_from_read,
@@ -239,12 +239,12 @@ fn member_changes(keys: &Keys, resp: &etcd_client::WatchResponse) -> Vec<MemberC
         .filter_map(|ev| {
             let kv = ev.kv()?;
             let node = keys.node_of(&prefix, kv.key())?.to_owned();
-            Some(match ev.event_type() {
-                etcd_client::EventType::Put => MemberChange::Put {
+            Some(match is_delete(ev)? {
+                false => MemberChange::Put {
                     node,
                     value: kv.value().to_vec(),
                 },
-                etcd_client::EventType::Delete => MemberChange::Delete { node },
+                true => MemberChange::Delete { node },
             })
         })
         .collect()
@@ -397,7 +397,8 @@ impl Actor {
                             dirty = true;
                             let Some(kv) = ev.kv() else { continue };
                             let Some(i) = self.keys.index_of(kv.key()) else { continue };
-                            if ev.event_type() == etcd_client::EventType::Delete {
+                            let Some(delete) = is_delete(ev) else { continue };
+                            if delete {
                                 self.freed.push(i);
                             } else if let Some(grant) = self.handed(i, kv) {
                                 // a releasing holder handed this node its slot: no read
@@ -516,6 +517,7 @@ impl Actor {
             Some(id) => conn.keep_alive(id).await?.map(|k| (id, k)),
             None => None,
         };
+        let lease_kept = kept.is_some();
         let (lease, keep_alive) = match kept {
             Some(k) => k,
             None => {
@@ -530,6 +532,9 @@ impl Actor {
         conn.put(&self.keys.member(&self.s.node), self.member_value()?, lease)
             .await?;
         self.findings_written = true;
+        if lease_kept && self.queued.is_none() {
+            self.withdraw_lost_joins(&mut conn, lease).await?;
+        }
         let me = self.queued.map(|(me, _)| me);
         let snap = conn
             .snapshot(&self.keys, &self.s.node, me.as_ref(), self.depth())
@@ -538,6 +543,9 @@ impl Actor {
             // the holder key went (deleted by hand, or the lease ran out meanwhile)
             self.granted = None;
             self.expired += 1;
+        }
+        if lease_kept {
+            self.reclaim_unknown_slots(&mut conn, &snap, lease).await?;
         }
         self.snapshot = Some(snap);
         self.stale = false;
@@ -548,6 +556,96 @@ impl Actor {
             watch: None,
             members: None,
         })
+    }
+
+    /// A join whose answer was lost left its queue key on this lease, unknown to this node: it
+    /// goes unless the node still asks in that queue (then the next join finds it and keeps its
+    /// place). Left there, it would reach the head and be handed a slot no one here releases.
+    async fn withdraw_lost_joins(
+        &mut self,
+        conn: &mut Connection,
+        lease: i64,
+    ) -> Result<(), FleetError> {
+        for me in conn.own_requests(&self.keys, &self.s.node, lease).await? {
+            if self.want.as_ref().is_some_and(|w| w.urgency == me.urgency) {
+                continue;
+            }
+            turn_step!(
+                self.s.node.as_str(),
+                "lost_join_withdrawn",
+                me.create_revision
+            );
+            if let Some(h) = conn.withdraw(&self.keys, &self.s.node, &me, lease).await? {
+                self.release_unknown(&h);
+            }
+        }
+        Ok(())
+    }
+
+    /// A holder key with this node's name on its lease that this node does not count as its
+    /// own (a grant or a handoff whose news was lost, or a grant presumed gone while cut off
+    /// though the lease lived): the slot is this node's again if it still waits for one,
+    /// else it is released (handed on) at once. Left there, it would hold a slot until the
+    /// daemon stops.
+    async fn reclaim_unknown_slots(
+        &mut self,
+        conn: &mut Connection,
+        snap: &Snapshot,
+        lease: i64,
+    ) -> Result<(), FleetError> {
+        let node = self.s.node.clone();
+        let mine = snap
+            .holders
+            .iter()
+            .filter(|h| h.lease == lease && h.value.as_ref().is_some_and(|v| v.node == node));
+        for h in mine {
+            let known = self
+                .granted
+                .is_some_and(|g| g.index == h.index && g.revision == h.mod_revision)
+                || self
+                    .to_release
+                    .iter()
+                    .any(|r| r.index == h.index && r.revision == h.mod_revision);
+            if known {
+                continue;
+            }
+            if self.want.is_some() && self.granted.is_none() {
+                turn_step!(self.s.node.as_str(), "slot_reclaimed", h.mod_revision);
+                self.granted = Some(Grant::of(h));
+                self.behind = snap.behind.clone();
+                if let Some((me, _)) = self.queued.take() {
+                    // a grant deletes its queue key; one left is a later request's
+                    conn.delete_own(
+                        &self.keys.queued(me.urgency, &self.s.node),
+                        me.create_revision,
+                    )
+                    .await?;
+                }
+            } else {
+                self.release_unknown(h);
+            }
+        }
+        Ok(())
+    }
+
+    /// Queue the release of a slot this node holds but did not count as its own.
+    fn release_unknown(&mut self, h: &Held) {
+        turn_step!(
+            self.s.node.as_str(),
+            "unknown_slot_released",
+            h.mod_revision
+        );
+        if !self
+            .to_release
+            .iter()
+            .any(|r| r.index == h.index && r.revision == h.mod_revision)
+        {
+            self.to_release.push(ToRelease {
+                index: h.index,
+                revision: h.mod_revision,
+                behind: None,
+            });
+        }
     }
 
     /// The lease is gone: a held slot and the place in the queue went with it.
@@ -762,6 +860,8 @@ impl Actor {
         };
         self.stale = false;
         self.freed.clear();
+        // whether this step ended in a decision (granted, or waiting with a watch)
+        let mut settled = false;
         for _ in 0..GRANT_ATTEMPTS {
             let Some((me, _)) = self.queued else {
                 break;
@@ -862,13 +962,28 @@ impl Actor {
                                     stream,
                                 });
                     }
+                    settled = true;
                     break;
+                }
+                Next::ReadDeeper { depth } => {
+                    // more slots free than the keys this read brought could place it among:
+                    // read as many as there are slots
+                    snap = session
+                        .conn
+                        .snapshot(&self.keys, &self.s.node, Some(&me), depth)
+                        .await?;
                 }
             }
         }
         if self.granted.is_some() {
             session.watch = None;
             self.queue = None;
+        } else if self.queued.is_some() && !settled {
+            // every attempt failed (each on a slot taken meanwhile): no watch stands for this
+            // read, so decide again at the next recheck with a fresh read
+            session.watch = None;
+            self.queue = None;
+            self.stale = true;
         }
         self.snapshot = Some(snap);
         Ok(())

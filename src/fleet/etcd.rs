@@ -6,10 +6,11 @@ use std::error::Error as StdError;
 use std::sync::Arc;
 use std::time::Duration;
 
+use etcd_client::proto::{PbTxnOpResponse, PbTxnResponse};
 use etcd_client::{
-    Certificate, Client, Compare, CompareOp, ConnectOptions, GetOptions, Identity,
+    Certificate, Client, Compare, CompareOp, ConnectOptions, Event, GetOptions, Identity,
     LeaseKeepAliveStream, LeaseKeeper, PutOptions, SortOrder, SortTarget, TlsOptions, Txn, TxnOp,
-    TxnOpResponse, WatchFilterType, WatchOptions, WatchStream,
+    TxnOpResponse, TxnResponse, WatchFilterType, WatchOptions, WatchStream,
 };
 use tokio::io::AsyncReadExt;
 use tokio_rustls::rustls;
@@ -401,6 +402,36 @@ pub enum Released {
     Freed,
 }
 
+/// A transaction's answers, each first checked to carry its response, a nested
+/// transaction's too: etcd-client's `op_responses` panics on one without, which etcd never
+/// sends but a proxy or another server speaking its protocol might.
+pub fn op_answers(resp: &TxnResponse) -> Result<Vec<TxnOpResponse>, FleetError> {
+    fn whole(r: &PbTxnResponse) -> bool {
+        r.responses.iter().all(|op| match &op.response {
+            None => false,
+            Some(PbTxnOpResponse::ResponseTxn(inner)) => whole(inner),
+            Some(_) => true,
+        })
+    }
+    if whole(&resp.0) {
+        Ok(resp.op_responses())
+    } else {
+        Err(FleetError::Protocol(
+            "a transaction's answer lacks one of its responses".to_owned(),
+        ))
+    }
+}
+
+/// Whether a watch event is a put (`Some(false)`), a delete (`Some(true)`) or of a type
+/// etcd does not send (None; etcd-client's `event_type` panics on it).
+pub fn is_delete(ev: &Event) -> Option<bool> {
+    match ev.0.r#type {
+        0 => Some(false),
+        1 => Some(true),
+        _ => None,
+    }
+}
+
 /// Whether a handoff's transaction ([`handoff_plan`]: the offers nested in the branch the
 /// shared compares lead to, each else the next waiter, the last a plain release) handed the
 /// slot over: the branch taken put the holder key.
@@ -409,7 +440,7 @@ fn handed_over(answers: &[TxnOpResponse]) -> bool {
     // or the nested transaction it went on to
     match answers.first() {
         Some(TxnOpResponse::Put(_)) => true,
-        Some(TxnOpResponse::Txn(inner)) => handed_over(&inner.op_responses()),
+        Some(TxnOpResponse::Txn(inner)) => op_answers(inner).is_ok_and(|a| handed_over(&a)),
         _ => false,
     }
 }
@@ -676,6 +707,8 @@ impl Connection {
                 .map(<[u8]>::to_vec)
                 .collect();
             s.ahead = s.nearest_ahead.len();
+            // the read stops at `depth + 1` keys ahead (a join's at `depth + 2` with its own)
+            s.ahead_at_least = me.create_revision > 0 && s.ahead > depth;
             if me.urgency == Urgency::Planned {
                 s.ahead += n(4)?;
                 s.nearest_ahead
@@ -685,11 +718,15 @@ impl Connection {
             if me.create_revision > 0 {
                 s.behind = Some(Self::successors_of(answers.get(7..).unwrap_or(&[]), depth));
             } else {
-                // joined in this very transaction: its key is the newest of its queue
-                s.joined_behind = Some(match me.urgency {
+                // joined in this very transaction: its key is the newest of its queue, so
+                // every other key of it (and for a planned request every emergency) is ahead:
+                // counted, not only read
+                let behind = match me.urgency {
                     Urgency::Planned => s.waiting.saturating_sub(1),
                     Urgency::Emergency => n(4)?.saturating_sub(1),
-                });
+                };
+                s.joined_behind = Some(behind);
+                s.ahead = s.ahead.max(behind);
             }
         }
         Ok(s)
@@ -710,7 +747,7 @@ impl Connection {
         let txn = Txn::new().and_then(Self::snapshot_ops(keys, me, node, depth));
         let resp = bounded(t, "read the group", self.client.txn(txn)).await?;
         let revision = resp.header().map_or(0, |h| h.revision());
-        Self::snapshot_of(keys, me, node, depth, revision, &resp.op_responses())
+        Self::snapshot_of(keys, me, node, depth, revision, &op_answers(&resp)?)
     }
 
     /// Join the queue in one transaction: write this node's queue key unless it is there
@@ -745,7 +782,7 @@ impl Connection {
             .or_else([TxnOp::get(key.as_str(), None)]);
         let resp = bounded(t, "join the queue", self.client.txn(txn)).await?;
         let revision = resp.header().map_or(0, |h| h.revision());
-        let answers = resp.op_responses();
+        let answers = op_answers(&resp)?;
         if resp.succeeded() {
             let me = Me {
                 urgency,
@@ -821,7 +858,7 @@ impl Connection {
         let txn = txn_reading(&plan, Self::successors_ops(keys, me, depth)).or_else(otherwise);
         let resp = bounded(t, "grant transaction", self.client.txn(txn)).await?;
         let revision = resp.header().map_or(0, |h| h.revision());
-        let answers = resp.op_responses();
+        let answers = op_answers(&resp)?;
         if resp.succeeded() {
             let behind = Self::successors_of(answers.get(writes..).unwrap_or(&[]), depth);
             return Ok(Ok((revision, behind)));
@@ -867,6 +904,39 @@ impl Connection {
             .map(|_| ())
     }
 
+    /// This node's requests in the queue on `lease` (at most one a queue), in one read: what
+    /// a join whose answer was lost left behind.
+    pub async fn own_requests(
+        &mut self,
+        keys: &Keys,
+        node: &str,
+        lease: i64,
+    ) -> Result<Vec<Me>, FleetError> {
+        let t = self.timeout;
+        let queues = [Urgency::Emergency, Urgency::Planned];
+        let txn = Txn::new().and_then(queues.map(|u| {
+            TxnOp::get(
+                keys.queued(u, node),
+                Some(GetOptions::new().with_keys_only()),
+            )
+        }));
+        let resp = bounded(t, "read this node's requests", self.client.txn(txn)).await?;
+        let answers = op_answers(&resp)?;
+        Ok(queues
+            .into_iter()
+            .zip(answers.iter())
+            .filter_map(|(urgency, a)| match a {
+                TxnOpResponse::Get(g) => g.kvs().first().map(|kv| (urgency, kv)),
+                _ => None,
+            })
+            .filter(|(_, kv)| kv.lease() == lease && kv.create_revision() > 0)
+            .map(|(urgency, kv)| Me {
+                urgency,
+                create_revision: kv.create_revision(),
+            })
+            .collect())
+    }
+
     /// Withdraw this node's request: delete its queue key if it is still `me`'s; if it is
     /// gone, a releasing holder may have handed this node its slot meanwhile: that slot (on
     /// `lease`), read in the same call.
@@ -887,7 +957,7 @@ impl Connection {
         if resp.succeeded() {
             return Ok(None);
         }
-        let answers = resp.op_responses();
+        let answers = op_answers(&resp)?;
         let Some(TxnOpResponse::Get(g)) = answers.first() else {
             return Err(FleetError::Protocol(
                 "the withdrawal's read has no answer".to_owned(),
@@ -931,7 +1001,7 @@ impl Connection {
             ),
         ]);
         let resp = bounded(t, "read the queue's head", self.client.txn(txn)).await?;
-        let answers = resp.op_responses();
+        let answers = op_answers(&resp)?;
         let (Some(TxnOpResponse::Get(e)), Some(TxnOpResponse::Get(p)), Some(TxnOpResponse::Get(m))) =
             (answers.first(), answers.get(1), answers.get(2))
         else {
@@ -1006,7 +1076,7 @@ impl Connection {
             "release_answered",
             resp.header().map_or(0, |h| h.revision())
         );
-        Ok(if handing && handed_over(&resp.op_responses()) {
+        Ok(if handing && handed_over(&op_answers(&resp)?) {
             Released::HandedOver
         } else {
             Released::Freed
@@ -1131,6 +1201,46 @@ mod tests {
         let shown = format!("{:?}", TlsMaterial(Some(pem)));
         assert!(!shown.contains("SECRETKEYBYTES"), "{shown}");
         assert!(shown.contains("key redacted"), "{shown}");
+    }
+
+    /// An answer etcd never sends but a proxy might (a response op without its response, a
+    /// watch event of an unknown type) is an error or skipped, not a panic of the task.
+    #[test]
+    fn a_malformed_answer_is_an_error_not_a_panic() {
+        use etcd_client::proto::{PbEvent, PbResponseOp};
+        let op = |response| PbResponseOp { response };
+        let txn = |responses| {
+            TxnResponse(PbTxnResponse {
+                header: None,
+                succeeded: true,
+                responses,
+            })
+        };
+        let nested = |responses| {
+            Some(PbTxnOpResponse::ResponseTxn(PbTxnResponse {
+                header: None,
+                succeeded: true,
+                responses,
+            }))
+        };
+        assert!(op_answers(&txn(vec![op(None)])).is_err());
+        assert!(op_answers(&txn(vec![op(nested(vec![op(None)]))])).is_err());
+        assert_eq!(
+            op_answers(&txn(vec![op(nested(Vec::new()))]))
+                .map(|a| a.len())
+                .ok(),
+            Some(1)
+        );
+        let event = |r#type| {
+            Event(PbEvent {
+                r#type,
+                kv: None,
+                prev_kv: None,
+            })
+        };
+        assert_eq!(is_delete(&event(0)), Some(false));
+        assert_eq!(is_delete(&event(1)), Some(true));
+        assert_eq!(is_delete(&event(7)), None);
     }
 
     #[test]

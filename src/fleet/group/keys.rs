@@ -70,9 +70,13 @@ impl Keys {
         format!("{}{node}", self.queue(urgency))
     }
 
-    /// The index of a holder key (None: not a holder key of this group).
+    /// The index of a holder key as this protocol writes it (`INDEX_WIDTH` digits; None: not
+    /// a holder key of this group, or one no node of this version wrote).
     pub fn index_of(&self, key: &[u8]) -> Option<usize> {
         let rest = key.strip_prefix(self.holders().as_bytes())?;
+        if rest.len() != INDEX_WIDTH || !rest.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
         std::str::from_utf8(rest).ok()?.parse().ok()
     }
 

@@ -34,6 +34,9 @@ pub struct Snapshot {
     /// for a planned request every emergency). None for any other read, whose `ahead` stops
     /// at the keys it read.
     pub joined_behind: Option<usize>,
+    /// `ahead` is a floor: the read stopped at as many keys ahead as it asked for, and more
+    /// may wait (the budget grew since the depth it read with was set).
+    pub ahead_at_least: bool,
 }
 
 /// What a waiter watches until something may have changed for it: etcd sends it a message
@@ -81,6 +84,13 @@ pub enum Next {
         /// The slots in the group now.
         max: usize,
     },
+    /// Read again, `depth` keys ahead: more slots are free than the waiters this read
+    /// counted ahead, and it stopped counting at its limit (a share budget grew since the
+    /// last read): taking one now could pass waiters it did not see.
+    ReadDeeper {
+        /// The keys ahead to read: the slots in the group now.
+        depth: usize,
+    },
     /// Wait, watching `watch`.
     Wait {
         /// Waiters ahead of this node.
@@ -127,6 +137,9 @@ impl Snapshot {
             .collect();
         if !blocked {
             if let Some(&index) = free.get(self.ahead) {
+                if self.ahead_at_least {
+                    return Next::ReadDeeper { depth: max };
+                }
                 return Next::Take { index, max };
             }
         }

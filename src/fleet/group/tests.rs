@@ -41,7 +41,60 @@ fn snap(members: usize, holders: Vec<Held>, ahead: usize) -> Snapshot {
         queued: Some(true),
         behind: None,
         joined_behind: None,
+        ahead_at_least: false,
     }
+}
+
+/// A key under `holders/` that no node of this version wrote blocks every grant in etcd (the
+/// compare "no holder at an index `>= max`" covers it), so the waiters see it as such a
+/// holder and wait instead of trying grants that fail.
+#[test]
+fn a_stray_key_under_holders_blocks_grants_as_etcd_sees_it() {
+    let k = Keys::new(P.trim_end_matches('/'));
+    let kv = |key: &'static str| RawKv {
+        key: key.as_bytes(),
+        value: b"junk",
+        create_revision: 5,
+        mod_revision: 5,
+        lease: 0,
+    };
+    assert_eq!(k.index_of(b"/pg/default/holders/12"), None);
+    assert_eq!(k.index_of(b"/pg/default/holders/+00012"), None);
+    assert_eq!(k.index_of(b"/pg/default/holders/000012"), Some(12));
+    let stray = Held::parse(&k, kv("/pg/default/holders/x"));
+    assert_eq!(stray.as_ref().map(|h| h.index), Some(usize::MAX));
+    assert!(Held::parse(&k, kv("/pg/default/queue/planned/x")).is_none());
+    let s = snap(10, stray.into_iter().collect(), 0);
+    assert!(matches!(s.next(count(2)), Next::Wait { .. }));
+}
+
+/// A read that stopped counting at its limit while a share budget had grown past the depth
+/// it read with: it cannot place the waiter among the free slots, so it reads deeper instead
+/// of taking one (it might pass waiters it did not see); a read that saw fewer free slots
+/// than its floor waits as before.
+#[test]
+fn a_read_that_stopped_counting_reads_deeper_before_taking_a_slot() {
+    // 10 % of 100 members: 10 slots, one held; the read counted 3 ahead and stopped there
+    let mut s = snap(100, vec![holder("h", 0, 1)], 3);
+    s.ahead_at_least = true;
+    assert_eq!(
+        s.next(MaxDisruptive::Percent(10)),
+        Next::ReadDeeper { depth: 10 }
+    );
+    // the deeper read counts them all: 7 ahead, the 8th free slot (index 8) is this one's
+    let mut deeper = snap(100, vec![holder("h", 0, 1)], 7);
+    deeper.ahead_at_least = false;
+    assert_eq!(
+        deeper.next(MaxDisruptive::Percent(10)),
+        Next::Take { index: 8, max: 10 }
+    );
+    // a floor at or past the free slots: wait, no deeper read needed
+    let mut full = snap(100, (0..8).map(|i| holder("h", i, 1)).collect(), 3);
+    full.ahead_at_least = true;
+    assert!(matches!(
+        full.next(MaxDisruptive::Percent(10)),
+        Next::Wait { .. }
+    ));
 }
 
 #[test]

@@ -100,10 +100,16 @@ pub struct Held {
 }
 
 impl Held {
-    /// From a key under `holders/` (None: not a holder key).
+    /// From a key under `holders/` (None: not under it). A key there that is no holder index
+    /// this protocol writes (written by hand, or by another version) counts as a holder
+    /// beyond any budget (`usize::MAX`), as the grants' compare of "no holder at an index
+    /// `>= max`" sees it: waiters then wait for it to go instead of trying grants that fail.
     pub fn parse(keys: &Keys, kv: RawKv<'_>) -> Option<Held> {
+        if !kv.key.starts_with(keys.holders().as_bytes()) {
+            return None;
+        }
         Some(Held {
-            index: keys.index_of(kv.key)?,
+            index: keys.index_of(kv.key).unwrap_or(usize::MAX),
             value: serde_json::from_slice(kv.value).ok(),
             create_revision: kv.create_revision,
             mod_revision: kv.mod_revision,
