@@ -532,9 +532,6 @@ impl Actor {
         conn.put(&self.keys.member(&self.s.node), self.member_value()?, lease)
             .await?;
         self.findings_written = true;
-        if lease_kept && self.queued.is_none() {
-            self.withdraw_lost_joins(&mut conn, lease).await?;
-        }
         let me = self.queued.map(|(me, _)| me);
         let snap = conn
             .snapshot(&self.keys, &self.s.node, me.as_ref(), self.depth())
@@ -544,11 +541,18 @@ impl Actor {
             self.granted = None;
             self.expired += 1;
         }
+        // what a lost answer left behind: slots first (taking one back ends a request), then
+        // requests this node no longer makes
+        let mut withdrew = false;
         if lease_kept {
             self.reclaim_unknown_slots(&mut conn, &snap, lease).await?;
+            if self.queued.is_none() {
+                withdrew = self.withdraw_lost_joins(&mut conn, lease).await?;
+            }
         }
         self.snapshot = Some(snap);
-        self.stale = false;
+        // a request withdrawn was counted in the read
+        self.stale = withdrew;
         self.down = None;
         Ok(Session {
             conn,
@@ -559,17 +563,22 @@ impl Actor {
     }
 
     /// A join whose answer was lost left its queue key on this lease, unknown to this node: it
-    /// goes unless the node still asks in that queue (then the next join finds it and keeps its
-    /// place). Left there, it would reach the head and be handed a slot no one here releases.
+    /// goes unless the node still waits in that queue (then the next join finds it and keeps
+    /// its place). Left there, it would reach the head and be handed a slot no one here
+    /// releases. Whether any went.
     async fn withdraw_lost_joins(
         &mut self,
         conn: &mut Connection,
         lease: i64,
-    ) -> Result<(), FleetError> {
+    ) -> Result<bool, FleetError> {
+        let mut withdrew = false;
         for me in conn.own_requests(&self.keys, &self.s.node, lease).await? {
-            if self.want.as_ref().is_some_and(|w| w.urgency == me.urgency) {
+            let waits_there = self.granted.is_none()
+                && self.want.as_ref().is_some_and(|w| w.urgency == me.urgency);
+            if waits_there {
                 continue;
             }
+            withdrew = true;
             turn_step!(
                 self.s.node.as_str(),
                 "lost_join_withdrawn",
@@ -579,7 +588,7 @@ impl Actor {
                 self.release_unknown(&h);
             }
         }
-        Ok(())
+        Ok(withdrew)
     }
 
     /// A holder key with this node's name on its lease that this node does not count as its
