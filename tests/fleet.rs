@@ -1600,32 +1600,52 @@ async fn raw_client(etcd: &EtcdCluster) -> etcd_client::Client {
         .expect("a raw client")
 }
 
-/// The lease `key` is on.
-async fn lease_of(raw: &mut etcd_client::Client, key: &str) -> i64 {
-    let r = raw.get(key, None).await.expect("get");
-    let lease = r.kvs().first().map_or(0, |kv| kv.lease());
-    assert_ne!(lease, 0, "{key} is on no lease");
-    lease
+/// A node of one-slot `group` that reaches etcd only through a proxy the test can cut (a 6 s
+/// lease, 1 s requests).
+fn node_behind_a_proxy(etcd: &EtcdCluster, group: &str, node: &str) -> (Cuttable, Fleet) {
+    let proxy = Cuttable::to(&etcd.endpoint(0));
+    let mut s = etcd.fleet_settings(group, node, "1", secs(6), secs(1));
+    s.endpoints = vec![proxy.url.clone()];
+    let fleet = Fleet::start(s).expect("fleet");
+    (proxy, fleet)
 }
 
-/// Keeps `lease` alive from the test, whatever its node does (as etcd may keep a lease
-/// through a node's cut: one shorter than its time, or a leader election renewing them all).
-async fn keep_alive_from_outside(
-    raw: &mut etcd_client::Client,
+/// A node's lease, kept alive from the test whatever the node does (as etcd may keep a lease
+/// through a node's cut: one shorter than its time, or a leader election renewing them all):
+/// the raw client, the lease (that of the node's member key) and the task renewing it.
+struct LeaseKeptFromOutside {
+    raw: etcd_client::Client,
     lease: i64,
-) -> tokio::task::JoinHandle<()> {
-    let (mut keeper, mut answers) = raw.lease_keep_alive(lease).await.expect("keep-alive");
-    tokio::spawn(async move {
-        loop {
-            if keeper.keep_alive().await.is_err() {
-                return;
+    keeper: tokio::task::JoinHandle<()>,
+}
+
+impl LeaseKeptFromOutside {
+    async fn of(etcd: &EtcdCluster, group: &str, node: &str) -> Self {
+        let mut raw = raw_client(etcd).await;
+        let member = format!("{PREFIX}/{group}/members/{node}");
+        let r = raw.get(member.as_str(), None).await.expect("get");
+        let lease = r.kvs().first().map_or(0, |kv| kv.lease());
+        assert_ne!(lease, 0, "{member} is on no lease");
+        let (mut keeper, mut answers) = raw.lease_keep_alive(lease).await.expect("keep-alive");
+        let keeper = tokio::spawn(async move {
+            loop {
+                if keeper.keep_alive().await.is_err() {
+                    return;
+                }
+                if !matches!(answers.message().await, Ok(Some(_))) {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
             }
-            if !matches!(answers.message().await, Ok(Some(_))) {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-    })
+        });
+        LeaseKeptFromOutside { raw, lease, keeper }
+    }
+}
+
+impl Drop for LeaseKeptFromOutside {
+    fn drop(&mut self) {
+        self.keeper.abort();
+    }
 }
 
 /// Waits until etcd holds no key under `prefix`.
@@ -1654,18 +1674,13 @@ fn a_slot_presumed_lost_while_cut_off_is_released_after_reconnect() {
     let rt = runtime();
     rt.block_on(async {
         let group = "presumed-lost";
-        let proxy = Cuttable::to(&etcd.endpoint(0));
-        let mut s = etcd.fleet_settings(group, "b", "1", secs(6), secs(1));
-        s.endpoints = vec![proxy.url.clone()];
-        let mut b = Fleet::start(s).expect("fleet b");
+        let (proxy, mut b) = node_behind_a_proxy(&etcd, group, "b");
         b.request(ActionKind::RestartKubelet, Urgency::Planned);
         let granted = |s: &SlotState| matches!(s, SlotState::Granted { .. });
         wait_state(&mut b, "b granted", secs(20), granted)
             .await
             .unwrap();
-        let mut raw = raw_client(&etcd).await;
-        let lease = lease_of(&mut raw, &format!("{PREFIX}/{group}/members/b")).await;
-        let keep = keep_alive_from_outside(&mut raw, lease).await;
+        let kept = LeaseKeptFromOutside::of(&etcd, group, "b").await;
 
         proxy.cut();
         wait_state(&mut b, "b presumes its slot lost", secs(30), |s| {
@@ -1685,7 +1700,7 @@ fn a_slot_presumed_lost_while_cut_off_is_released_after_reconnect() {
         eprintln!(
             "MEASURE the slot b presumed lost was released {took:?} after the network returned"
         );
-        keep.abort();
+        drop(kept);
         b.shutdown().await;
     });
 }
@@ -1702,22 +1717,18 @@ fn a_join_whose_answer_was_lost_is_withdrawn_at_reconnect() {
     let rt = runtime();
     rt.block_on(async {
         let group = "lost-join";
-        let proxy = Cuttable::to(&etcd.endpoint(0));
-        let mut s = etcd.fleet_settings(group, "b", "1", secs(6), secs(1));
-        s.endpoints = vec![proxy.url.clone()];
-        let b = Fleet::start(s).expect("fleet b");
+        let (proxy, b) = node_behind_a_proxy(&etcd, group, "b");
         members_in_etcd(&etcd, group, 1, secs(20)).await;
-        let mut raw = raw_client(&etcd).await;
-        let lease = lease_of(&mut raw, &format!("{PREFIX}/{group}/members/b")).await;
-        let keep = keep_alive_from_outside(&mut raw, lease).await;
+        let mut kept = LeaseKeptFromOutside::of(&etcd, group, "b").await;
         // b's join, as etcd committed it
         let queued = format!("{PREFIX}/{group}/queue/planned/b");
         let value = r#"{"node":"b","action":"restart-kubelet","urgency":"planned","since":"2026-12-06T03:00:00Z"}"#;
-        raw.put(
-            queued.as_str(),
-            value,
-            Some(etcd_client::PutOptions::new().with_lease(lease)),
-        )
+        kept.raw
+            .put(
+                queued.as_str(),
+                value,
+                Some(etcd_client::PutOptions::new().with_lease(kept.lease)),
+            )
         .await
         .expect("put");
 
@@ -1735,7 +1746,7 @@ fn a_join_whose_answer_was_lost_is_withdrawn_at_reconnect() {
         })
         .await
         .unwrap();
-        keep.abort();
+        drop(kept);
         a.shutdown().await;
         b.shutdown().await;
     });
