@@ -21,9 +21,10 @@
 //!   sees its token put hands it to the client `RING_SLOTS` further on (one Txn: its key still
 //!   its grant's revision → delete it, put the next one's, on the next one's lease), then joins
 //!   again (a put on its lease), then waits: the fleet bench's loop at hold 0 (handoffs per s).
-//!   `PLEG_RING_READ=1`, `PLEG_RING_NEWWATCH=1`, `PLEG_RING_REWATCH=1`, `PLEG_RING_SCAN=1` and
-//!   `PLEG_RING_OFFERS=N` add one part of a real protocol each ([`RingCosts`]), to price it by
-//!   what it takes off the line (issue 28's ninth look).
+//!   `PLEG_RING_READ=1`, `PLEG_RING_NEWWATCH=1`, `PLEG_RING_REWATCH=1`, `PLEG_RING_SCAN=1`,
+//!   `PLEG_RING_EXTRAWATCH=1` and `PLEG_RING_OFFERS=N` add one part of a real protocol each
+//!   ([`RingCosts`]), to price it by what it takes off the line (issue 28's ninth and eleventh
+//!   looks).
 
 #[path = "../tests/support/etcd.rs"]
 mod etcd;
@@ -193,6 +194,11 @@ struct RingCosts {
     new_watch: bool,
     /// `PLEG_RING_REWATCH=1`: the watch cancelled and made again on the same stream.
     rewatch: bool,
+    /// `PLEG_RING_EXTRAWATCH=1`: with `PLEG_RING_NEWWATCH=1`, a second watch made on the new
+    /// stream, on the token key of the client that hands this one its token (one event a
+    /// handoff, read and dropped): what a waiter that watches a key further ahead, or the
+    /// holder keys before its turn, adds instead of a read (issue 28's eleventh look).
+    extra_watch: bool,
     /// `PLEG_RING_SCAN=1`: the join reads the newest queue keys by create revision with it.
     scan: bool,
     /// `PLEG_RING_OFFERS=N`: N offers more in the handoff's else branch, never tried (a
@@ -207,6 +213,7 @@ impl RingCosts {
             read: on("PLEG_RING_READ"),
             new_watch: on("PLEG_RING_NEWWATCH"),
             rewatch: on("PLEG_RING_REWATCH"),
+            extra_watch: on("PLEG_RING_EXTRAWATCH"),
             scan: on("PLEG_RING_SCAN"),
             offers: std::env::var("PLEG_RING_OFFERS")
                 .ok()
@@ -282,6 +289,7 @@ async fn ring(etcd: &EtcdCluster) {
         let next = (i + RING_SLOTS) % RING_MEMBERS;
         let (mine, theirs) = (leases[i], leases[next]);
         let (my_tok, next_tok) = (tok(i), tok(next));
+        let before_me = tok((i + RING_MEMBERS - RING_SLOTS) % RING_MEMBERS);
         let passed = passed.clone();
         tasks.push(tokio::spawn(async move {
             let mut watch_id = -1;
@@ -291,7 +299,10 @@ async fn ring(etcd: &EtcdCluster) {
             loop {
                 let revision = match w.message().await {
                     Ok(Some(r)) if r.created() => {
-                        watch_id = r.watch_id();
+                        // the first watch made on a stream is the token's
+                        if watch_id < 0 {
+                            watch_id = r.watch_id();
+                        }
                         continue;
                     }
                     Ok(Some(r)) if r.watch_id() != watch_id => continue,
@@ -309,14 +320,21 @@ async fn ring(etcd: &EtcdCluster) {
                 };
                 // this client's next token comes only after this one went round its chain
                 if costs.new_watch {
+                    watch_id = -1;
                     w = c
                         .watch(my_tok.as_str(), Some(WatchOptions::new()))
                         .await
                         .unwrap_or_else(|e| panic!("watch: {e}"));
+                    if costs.extra_watch {
+                        w.watch(before_me.as_str(), Some(WatchOptions::new()))
+                            .await
+                            .unwrap_or_else(|e| panic!("watch: {e}"));
+                    }
                 } else if costs.rewatch {
                     w.cancel(watch_id)
                         .await
                         .unwrap_or_else(|e| panic!("cancel: {e}"));
+                    watch_id = -1;
                     w.watch(my_tok.as_str(), Some(WatchOptions::new()))
                         .await
                         .unwrap_or_else(|e| panic!("watch: {e}"));
