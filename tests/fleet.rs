@@ -1939,3 +1939,42 @@ fn a_failed_grant_gives_the_free_slot_to_the_waiter_behind() {
         );
     });
 }
+
+/// A key under `holders/` that no node of this version wrote (by hand, as kured's lock
+/// annotation is, or by another version) blocks every grant, as etcd's compares see it: the
+/// node waits instead of trying grants that fail, names the key in its view (status and the
+/// journal show it), and is granted once the key is deleted.
+#[test]
+fn a_stray_holder_key_blocks_grants_is_named_and_frees_them_when_deleted() {
+    let Some(etcd) = require_etcd(3) else {
+        return;
+    };
+    let rt = runtime();
+    rt.block_on(async {
+        let group = "stray-holder";
+        let stray = format!("{PREFIX}/{group}/holders/lock");
+        etcd.etcdctl(&["put", &stray, "held by hand"]).expect("put");
+        let mut a = Fleet::start(settings(&etcd, group, "a", "1")).expect("fleet a");
+        a.request(ActionKind::RestartKubelet, Urgency::Planned);
+        never_granted(&mut a, secs(4)).await.unwrap();
+        let named: Vec<Option<String>> = a
+            .view()
+            .holders
+            .iter()
+            .map(|h| h.stray_key.clone())
+            .collect();
+        assert_eq!(named, vec![Some(stray.clone())], "{:?}", a.view());
+
+        etcd.etcdctl(&["del", &stray]).expect("del");
+        let took = wait_state(
+            &mut a,
+            "a granted after the stray key went",
+            secs(15),
+            |s| matches!(s, SlotState::Granted { .. }),
+        )
+        .await
+        .unwrap();
+        eprintln!("MEASURE a was granted {took:?} after the stray holder key was deleted");
+        a.shutdown().await;
+    });
+}

@@ -2,6 +2,7 @@
 //! the policy ([`crate::fleet::policy`]) while it waits, give the slot back once the action
 //! and its settle check are over, and say each step in the journal.
 
+use std::collections::BTreeSet;
 use std::mem::discriminant;
 use std::time::Duration;
 
@@ -10,7 +11,7 @@ use tokio::time::Instant;
 use crate::config::Config;
 use crate::fleet::FleetConfig;
 use crate::fleet::policy::{self, Inputs, Verdict, WaitReason};
-use crate::fleet::{Fleet, FleetError, FleetSettings, SlotState, Urgency, storm};
+use crate::fleet::{Fleet, FleetError, FleetSettings, Holder, SlotState, Urgency, storm};
 use crate::report::event::EventKind;
 use crate::report::journal::{Event, emit};
 use crate::report::status_file::{FleetNodeStatus, FleetStatus, FleetStormStatus};
@@ -57,6 +58,8 @@ pub struct FleetGate {
     storm: Option<(ActionKind, Instant)>,
     /// When the member keys were last asked for.
     health_asked: Option<Instant>,
+    /// The stray keys under `holders/` already logged (each once while it stays).
+    strays_logged: BTreeSet<String>,
 }
 
 impl FleetGate {
@@ -78,6 +81,7 @@ impl FleetGate {
             was_unavailable: false,
             storm: None,
             health_asked: None,
+            strays_logged: BTreeSet::new(),
         }))
     }
 
@@ -243,6 +247,17 @@ impl FleetGate {
         };
         w.urgency = urgency;
         w.reason = reason.clone();
+        for key in new_strays(&self.fleet.view().holders, &mut self.strays_logged) {
+            fleet_event(
+                EventKind::FleetWaiting,
+                action,
+                &format!(
+                    "{action} waits: {key} is no slot of this version (written by hand, or by \
+                     another version) and blocks every grant in group {} until it is deleted",
+                    self.config.group
+                ),
+            );
+        }
         let storm = matches!(
             reason,
             WaitReason::Storm { .. } | WaitReason::CheckingHealth
@@ -429,6 +444,20 @@ pub fn storm_status(
     })
 }
 
+/// The stray holder keys (see [`Holder::stray_key`]) among `holders` not in `logged` yet;
+/// `logged` keeps those still there, so a key that goes and comes back is told of again.
+fn new_strays(holders: &[Holder], logged: &mut BTreeSet<String>) -> Vec<String> {
+    let now: BTreeSet<&String> = holders
+        .iter()
+        .filter_map(|h| h.stray_key.as_ref())
+        .collect();
+    logged.retain(|k| now.contains(k));
+    now.into_iter()
+        .filter(|k| logged.insert((*k).clone()))
+        .cloned()
+        .collect()
+}
+
 fn fleet_event(kind: EventKind, action: ActionKind, message: &str) {
     emit(&Event {
         kind,
@@ -464,6 +493,27 @@ fn withdrawn_because(action: ActionKind, waiting_for_window: &[(ActionKind, Stri
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stray_holder_key_is_told_of_once_while_it_stays() {
+        let holder = |stray: Option<&str>| Holder {
+            node: "?".into(),
+            action: "?".into(),
+            since: std::time::SystemTime::UNIX_EPOCH,
+            stray_key: stray.map(str::to_owned),
+        };
+        let key = "/pleg-guard/g/holders/lock";
+        let mut logged = BTreeSet::new();
+        let with = [holder(None), holder(Some(key))];
+        assert_eq!(new_strays(&with, &mut logged), vec![key.to_owned()]);
+        assert!(new_strays(&with, &mut logged).is_empty(), "once");
+        assert!(new_strays(&[holder(None)], &mut logged).is_empty());
+        assert_eq!(
+            new_strays(&with, &mut logged),
+            vec![key.to_owned()],
+            "gone and back: told again"
+        );
+    }
 
     #[test]
     fn a_request_withdrawn_for_the_window_says_so() {

@@ -85,6 +85,7 @@ pub(crate) fn view_of(
                     .value
                     .as_ref()
                     .map_or(SystemTime::UNIX_EPOCH, |v| v.granted_at),
+                stray_key: h.stray_key.clone(),
             })
             .collect(),
         waiting: snap.waiting,
@@ -927,6 +928,7 @@ impl Actor {
                                 create_revision: revision,
                                 mod_revision: revision,
                                 lease,
+                                stray_key: None,
                             });
                             snap.holders.sort_by_key(|h| h.index);
                             snap.waiting = snap.waiting.saturating_sub(1);

@@ -82,6 +82,9 @@ pub struct Holder {
     pub action: String,
     /// Since when it holds the slot.
     pub since: SystemTime,
+    /// A key under `holders/` that is no slot this version writes (written by hand, or by
+    /// another version): it blocks every grant of the group until it is deleted. None: a slot.
+    pub stray_key: Option<String>,
 }
 
 /// The group as this node sees it.

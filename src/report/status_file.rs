@@ -207,6 +207,7 @@ impl FleetStatus {
                     node: h.node.clone(),
                     action: h.action.clone(),
                     since: h.since,
+                    stray_key: h.stray_key.clone(),
                 })
                 .collect(),
             waiting: view.waiting,
@@ -228,6 +229,10 @@ pub struct FleetHolder {
     /// Since when it holds the slot.
     #[serde(with = "crate::clock::time_format")]
     pub since: SystemTime,
+    /// A key under `holders/` that is no slot this version writes: it blocks every grant of
+    /// the group until it is deleted (absent: a slot).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stray_key: Option<String>,
 }
 
 /// This node's part in the fleet budget.

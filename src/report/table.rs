@@ -151,6 +151,13 @@ fn render_fleet(out: &mut String, f: &FleetStatus) {
         f.waiting
     );
     for h in &f.holders {
+        if let Some(key) = &h.stray_key {
+            let _ = writeln!(
+                out,
+                "  holder ? at {key}: no slot of this version; every grant waits until it is deleted"
+            );
+            continue;
+        }
         let _ = writeln!(
             out,
             "  holder {} {} since {} ({})",
@@ -282,6 +289,7 @@ mod tests {
                 node: "node-a".into(),
                 action: "restart-kubelet".into(),
                 since: SystemTime::UNIX_EPOCH + Duration::from_secs(1_764_000_000),
+                stray_key: None,
             }],
             waiting: 2,
             reachable: true,
@@ -320,6 +328,52 @@ mod tests {
             out.contains("? members alive") && out.contains("etcd UNREACHABLE: no quorum"),
             "{out}"
         );
+    }
+
+    /// A key under `holders/` that no pleg-guard of this version wrote blocks every grant:
+    /// status names it, so that an operator knows what to delete.
+    #[test]
+    fn a_stray_holder_key_is_named_with_what_it_does() {
+        let f = FleetStatus {
+            group: "pool-a".into(),
+            node: "node-b".into(),
+            max_disruptive_setting: "1".into(),
+            max_disruptive: Some(1),
+            members_alive: Some(3),
+            holders: vec![FleetHolder {
+                node: "?".into(),
+                action: "?".into(),
+                since: SystemTime::UNIX_EPOCH,
+                stray_key: Some("/pleg-guard/pool-a/holders/lock".into()),
+            }],
+            waiting: 1,
+            reachable: true,
+            last_error: None,
+            this_node: FleetNodeStatus {
+                state: "waiting".into(),
+                action: Some("restart-kubelet".into()),
+                wait_s: Some(5),
+                position: Some(0),
+                reason: None,
+            },
+            storm: None,
+        };
+        let mut out = String::new();
+        render_fleet(&mut out, &f);
+        assert!(
+            out.contains(
+                "  holder ? at /pleg-guard/pool-a/holders/lock: no slot of this version; every grant waits until it is deleted\n"
+            ),
+            "{out}"
+        );
+        let json = serde_json::to_value(&f.holders[0]).unwrap_or_default();
+        assert_eq!(json["stray_key"], "/pleg-guard/pool-a/holders/lock");
+        let slot = FleetHolder {
+            stray_key: None,
+            ..f.holders[0].clone()
+        };
+        let json = serde_json::to_value(&slot).unwrap_or_default();
+        assert!(json.get("stray_key").is_none(), "absent for a slot: {json}");
     }
 
     fn snapshot(containerd_facts: serde_json::Value, finding: &str) -> Snapshot {

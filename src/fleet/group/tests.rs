@@ -25,6 +25,7 @@ fn holder(node: &str, index: usize, lease: i64) -> Held {
         create_revision: 9,
         mod_revision: 9,
         lease,
+        stray_key: None,
     }
 }
 
@@ -63,6 +64,13 @@ fn a_stray_key_under_holders_blocks_grants_as_etcd_sees_it() {
     assert_eq!(k.index_of(b"/pg/default/holders/000012"), Some(12));
     let stray = Held::parse(&k, kv("/pg/default/holders/x"));
     assert_eq!(stray.as_ref().map(|h| h.index), Some(usize::MAX));
+    assert_eq!(
+        stray.as_ref().and_then(|h| h.stray_key.as_deref()),
+        Some("/pg/default/holders/x"),
+        "named, for the operator"
+    );
+    let slot = Held::parse(&k, kv("/pg/default/holders/000001"));
+    assert_eq!(slot.and_then(|h| h.stray_key), None);
     assert!(Held::parse(&k, kv("/pg/default/queue/planned/x")).is_none());
     let s = snap(10, stray.into_iter().collect(), 0);
     assert!(matches!(s.next(count(2)), Next::Wait { .. }));
@@ -218,6 +226,7 @@ fn a_lost_grant_is_found_by_node_and_lease() {
         create_revision: 1,
         mod_revision: 1,
         lease: 8,
+        stray_key: None,
     };
     let s = snap(3, vec![unreadable], 0);
     assert_eq!(s.held_by("b", 8), None);

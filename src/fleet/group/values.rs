@@ -97,6 +97,9 @@ pub struct Held {
     pub mod_revision: i64,
     /// Its lease.
     pub lease: i64,
+    /// For a key under `holders/` that is no slot this version writes: the key, so that an
+    /// operator can be told what to delete (None: a slot).
+    pub stray_key: Option<String>,
 }
 
 impl Held {
@@ -108,12 +111,16 @@ impl Held {
         if !kv.key.starts_with(keys.holders().as_bytes()) {
             return None;
         }
+        let index = keys.index_of(kv.key);
         Some(Held {
-            index: keys.index_of(kv.key).unwrap_or(usize::MAX),
+            index: index.unwrap_or(usize::MAX),
             value: serde_json::from_slice(kv.value).ok(),
             create_revision: kv.create_revision,
             mod_revision: kv.mod_revision,
             lease: kv.lease,
+            stray_key: index
+                .is_none()
+                .then(|| String::from_utf8_lossy(kv.key).into_owned()),
         })
     }
 }
