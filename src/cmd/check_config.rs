@@ -64,6 +64,10 @@ fn connect(config: &Config) -> ExitCode {
                 settings.node
             );
             for h in &view.holders {
+                if let Some(key) = &h.stray_key {
+                    println!("  {}", crate::fleet::stray_holder_line(key));
+                    continue;
+                }
                 println!(
                     "  holder {} {} since {}",
                     h.node,

@@ -87,6 +87,12 @@ pub struct Holder {
     pub stray_key: Option<String>,
 }
 
+/// The line status and `check-config --connect` show for a stray holder key
+/// ([`Holder::stray_key`]).
+pub fn stray_holder_line(key: &str) -> String {
+    format!("holder ? at {key}: no slot of this version; every grant waits until it is deleted")
+}
+
 /// The group as this node sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct FleetView {

@@ -152,10 +152,7 @@ fn render_fleet(out: &mut String, f: &FleetStatus) {
     );
     for h in &f.holders {
         if let Some(key) = &h.stray_key {
-            let _ = writeln!(
-                out,
-                "  holder ? at {key}: no slot of this version; every grant waits until it is deleted"
-            );
+            let _ = writeln!(out, "  {}", crate::fleet::stray_holder_line(key));
             continue;
         }
         let _ = writeln!(
