@@ -274,20 +274,15 @@ mod tests {
     use super::*;
     use crate::report::status_file::{FleetHolder, FleetNodeStatus};
 
-    #[test]
-    fn the_fleet_section_names_group_holders_and_this_nodes_wait() {
-        let mut f = FleetStatus {
+    /// Group pool-a: one slot, held by `holder`; node-b waits, 1 ahead.
+    fn pool_a_with(holder: FleetHolder) -> FleetStatus {
+        FleetStatus {
             group: "pool-a".into(),
             node: "node-b".into(),
             max_disruptive_setting: "1".into(),
             max_disruptive: Some(1),
             members_alive: Some(3),
-            holders: vec![FleetHolder {
-                node: "node-a".into(),
-                action: "restart-kubelet".into(),
-                since: SystemTime::UNIX_EPOCH + Duration::from_secs(1_764_000_000),
-                stray_key: None,
-            }],
+            holders: vec![holder],
             waiting: 2,
             reachable: true,
             last_error: None,
@@ -299,7 +294,17 @@ mod tests {
                 reason: None,
             },
             storm: None,
-        };
+        }
+    }
+
+    #[test]
+    fn the_fleet_section_names_group_holders_and_this_nodes_wait() {
+        let mut f = pool_a_with(FleetHolder {
+            node: "node-a".into(),
+            action: "restart-kubelet".into(),
+            since: SystemTime::UNIX_EPOCH + Duration::from_secs(1_764_000_000),
+            stray_key: None,
+        });
         let mut out = String::new();
         render_fleet(&mut out, &f);
         assert!(
@@ -331,30 +336,12 @@ mod tests {
     /// status names it, so that an operator knows what to delete.
     #[test]
     fn a_stray_holder_key_is_named_with_what_it_does() {
-        let f = FleetStatus {
-            group: "pool-a".into(),
-            node: "node-b".into(),
-            max_disruptive_setting: "1".into(),
-            max_disruptive: Some(1),
-            members_alive: Some(3),
-            holders: vec![FleetHolder {
-                node: "?".into(),
-                action: "?".into(),
-                since: SystemTime::UNIX_EPOCH,
-                stray_key: Some("/pleg-guard/pool-a/holders/lock".into()),
-            }],
-            waiting: 1,
-            reachable: true,
-            last_error: None,
-            this_node: FleetNodeStatus {
-                state: "waiting".into(),
-                action: Some("restart-kubelet".into()),
-                wait_s: Some(5),
-                position: Some(0),
-                reason: None,
-            },
-            storm: None,
-        };
+        let f = pool_a_with(FleetHolder {
+            node: "?".into(),
+            action: "?".into(),
+            since: SystemTime::UNIX_EPOCH,
+            stray_key: Some("/pleg-guard/pool-a/holders/lock".into()),
+        });
         let mut out = String::new();
         render_fleet(&mut out, &f);
         assert!(
