@@ -69,6 +69,12 @@ fn a_stray_key_under_holders_blocks_grants_as_etcd_sees_it() {
         Some("/pg/default/holders/x"),
         "named, for the operator"
     );
+    let bell = Held::parse(&k, kv("/pg/default/holders/a\n\u{1b}[2Jb"));
+    assert_eq!(
+        bell.and_then(|h| h.stray_key).as_deref(),
+        Some("/pg/default/holders/a\\n\\u{1b}[2Jb"),
+        "control characters escaped"
+    );
     let slot = Held::parse(&k, kv("/pg/default/holders/000001"));
     assert_eq!(slot.and_then(|h| h.stray_key), None);
     assert!(Held::parse(&k, kv("/pg/default/queue/planned/x")).is_none());

@@ -102,6 +102,20 @@ pub struct Held {
     pub stray_key: Option<String>,
 }
 
+/// A key as an operator may be shown it (in status and the journal): anyone who may write
+/// the group's keys may name one, so its control characters are escaped.
+fn shown(key: &[u8]) -> String {
+    let mut out = String::with_capacity(key.len());
+    for c in String::from_utf8_lossy(key).chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 impl Held {
     /// From a key under `holders/` (None: not under it). A key there that is no holder index
     /// this protocol writes (written by hand, or by another version) counts as a holder
@@ -118,9 +132,7 @@ impl Held {
             create_revision: kv.create_revision,
             mod_revision: kv.mod_revision,
             lease: kv.lease,
-            stray_key: index
-                .is_none()
-                .then(|| String::from_utf8_lossy(kv.key).into_owned()),
+            stray_key: index.is_none().then(|| shown(kv.key)),
         })
     }
 }
