@@ -1,8 +1,10 @@
 //! The repair ladder: findings + ledger + configuration → what to do now. Pure.
 //!
 //! Tiers, lowest first: `purge-dead-containers` (dead containers), `daemon-reexec` (the
-//! systemd bus wedge, or logind hung while the bus answers), `restart-kubelet` (PLEG still
-//! unhealthy once the runtime answers). At most one action runs at a time, and none while an
+//! systemd bus wedge, or logind hung while the bus answers), `restart-containerd` and
+//! `restart-docker` (a runtime hung while PID 1 and the bus answer, its unit up past its own
+//! start-up grace; dockerd only with `live-restore`), `restart-kubelet` (PLEG still unhealthy
+//! once the runtime answers). At most one action runs at a time, and none while an
 //! earlier one is settling: the next tier is reached only after the lower one had its chance
 //! and the symptom persisted (or its budget is spent, or it is disabled).
 //!
@@ -10,7 +12,7 @@
 //! `preempt_window` ([`crate::systemd::preempt`]: the serial forecast decides, this only
 //! says so); a reexec for an emergency (`systemd-bus-wedge`, `logind-unresponsive`) never waits.
 
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use crate::clock::boot::Now;
 use crate::config::{ActionsConfig, Mode, ReexecWhen};
@@ -44,6 +46,51 @@ pub struct Context<'a> {
     pub actions: &'a ActionsConfig,
     /// The ledger.
     pub ledger: &'a Ledger,
+    /// What PID 1 and the engine's configuration say of the runtimes, read while a runtime's
+    /// hang is a finding (nothing is read otherwise).
+    pub runtime: &'a RuntimeFacts,
+}
+
+/// What PID 1 says of a runtime's unit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UnitState {
+    /// Active for this long.
+    ActiveFor(Duration),
+    /// Not active (starting, stopping, restarting, failed): PID 1's `ActiveState`.
+    NotActive(String),
+    /// PID 1 did not tell (no answer, the unit not loaded): why.
+    Unknown(String),
+}
+
+/// A runtime's unit and its state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnitFacts {
+    /// The unit (`containerd.service`).
+    pub unit: String,
+    /// Its state.
+    pub state: UnitState,
+}
+
+/// Whether dockerd keeps its containers running while it restarts (`"live-restore": true`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LiveRestore {
+    /// On.
+    On,
+    /// Off, and where that was read.
+    Off(String),
+    /// Could not be read: why.
+    Unknown(String),
+}
+
+/// The runtimes' facts for their rungs (None: not read, because no hang of theirs stands).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RuntimeFacts {
+    /// containerd's unit.
+    pub containerd: Option<UnitFacts>,
+    /// dockerd's unit.
+    pub docker: Option<UnitFacts>,
+    /// dockerd's `live-restore`.
+    pub docker_live_restore: Option<LiveRestore>,
 }
 
 /// One decision about one action.
@@ -84,6 +131,16 @@ pub enum Decision {
         reason: String,
     },
 }
+
+/// Findings that mean PID 1, the bus or logind are broken: a runtime that hangs now is
+/// likely blocked on them (runc and dockerd ask PID 1 over the bus), which `daemon-reexec`
+/// cures and a restart of the runtime would not; so no runtime restart while one stands.
+pub const PID1_OR_BUS_BROKEN: [FindingId; 4] = [
+    FindingId::BusUnresponsive,
+    FindingId::SystemdBusWedge,
+    FindingId::SystemdUnresponsive,
+    FindingId::LogindUnresponsive,
+];
 
 /// Findings that mean the runtime's own dependencies are broken: restarting kubelet cannot
 /// help while any of them stands.
@@ -148,6 +205,12 @@ pub fn decide(ctx: &Context<'_>) -> Vec<Decision> {
                 ));
                 continue;
             }
+            ActionKind::RestartContainerd | ActionKind::RestartDocker => {
+                if let Some(reason) = runtime_restart_blocked(action, ctx, &has) {
+                    out.push(skip(reason));
+                    continue;
+                }
+            }
             ActionKind::RestartKubelet => {
                 if let Some(blocker) = RUNTIME_BROKEN.iter().find(|id| has(**id)) {
                     out.push(skip(format!(
@@ -176,10 +239,74 @@ pub fn decide(ctx: &Context<'_>) -> Vec<Decision> {
     out
 }
 
+/// Why a runtime's restart may not run now (None: it may): PID 1 or the bus broken, the unit
+/// still starting or already being restarted by systemd, dockerd without `live-restore`.
+/// The words name no changing number, so the journal says each once per episode.
+fn runtime_restart_blocked(
+    action: ActionKind,
+    ctx: &Context<'_>,
+    has: &impl Fn(FindingId) -> bool,
+) -> Option<String> {
+    if let Some(blocker) = PID1_OR_BUS_BROKEN.iter().find(|id| has(**id)) {
+        return Some(format!(
+            "waits while {blocker} stands: a runtime blocked on PID 1 or the bus is daemon-reexec's to cure, a restart would not help"
+        ));
+    }
+    let (facts, grace) = match action {
+        ActionKind::RestartDocker => (
+            ctx.runtime.docker.as_ref(),
+            ctx.actions.runtime_startup_grace.docker,
+        ),
+        _ => (
+            ctx.runtime.containerd.as_ref(),
+            ctx.actions.runtime_startup_grace.containerd,
+        ),
+    };
+    let Some(UnitFacts { unit, state }) = facts else {
+        return Some("the runtime's unit was not read from PID 1".to_owned());
+    };
+    match state {
+        UnitState::ActiveFor(up) if *up >= grace => {}
+        UnitState::ActiveFor(_) => {
+            return Some(format!(
+                "{unit} became active less than its startup_grace ({}) ago: a runtime still starting is not hung",
+                humantime::format_duration(grace)
+            ));
+        }
+        UnitState::NotActive(state) => {
+            return Some(format!(
+                "{unit} is {state}: systemd is already starting or stopping it"
+            ));
+        }
+        UnitState::Unknown(why) => {
+            return Some(format!("PID 1 did not say whether {unit} is up: {why}"));
+        }
+    }
+    if action == ActionKind::RestartDocker && ctx.actions.restart_docker_require_live_restore {
+        match &ctx.runtime.docker_live_restore {
+            Some(LiveRestore::On) => {}
+            Some(LiveRestore::Off(said)) => {
+                return Some(format!(
+                    "held back: live-restore is off ({said}), so restarting dockerd would kill every container; set \"live-restore\": true, or [actions.restart_docker] require_live_restore = false to restart anyway"
+                ));
+            }
+            Some(LiveRestore::Unknown(why)) => {
+                return Some(format!(
+                    "held back: whether live-restore is on is unknown ({why}); without it a restart kills every container"
+                ));
+            }
+            None => return Some("held back: live-restore was not read".to_owned()),
+        }
+    }
+    None
+}
+
 /// The findings each action cures.
 pub fn aims(action: ActionKind) -> &'static [FindingId] {
     match action {
         ActionKind::PurgeDeadContainers => &[FindingId::DeadContainers],
+        ActionKind::RestartContainerd => &[FindingId::ContainerdUnresponsive],
+        ActionKind::RestartDocker => &[FindingId::DockerUnresponsive],
         ActionKind::DaemonReexec => &[
             FindingId::SystemdBusWedge,
             FindingId::LogindUnresponsive,
@@ -208,6 +335,20 @@ mod tests {
         preempt_waits: Option<&'static str>,
         busy: bool,
         grace: bool,
+        runtime: RuntimeFacts,
+    }
+
+    /// Both runtimes' units up for an hour, dockerd with live-restore.
+    fn runtimes_up() -> RuntimeFacts {
+        let up = |unit: &str| UnitFacts {
+            unit: unit.to_owned(),
+            state: UnitState::ActiveFor(Duration::from_secs(3600)),
+        };
+        RuntimeFacts {
+            containerd: Some(up("containerd.service")),
+            docker: Some(up("docker.service")),
+            docker_live_restore: Some(LiveRestore::On),
+        }
     }
 
     impl Case {
@@ -220,6 +361,7 @@ mod tests {
                 preempt_waits: None,
                 busy: false,
                 grace: false,
+                runtime: runtimes_up(),
             }
         }
 
@@ -235,6 +377,7 @@ mod tests {
                 serial_preempt_waits: self.preempt_waits,
                 actions: &self.config.actions,
                 ledger: &self.ledger,
+                runtime: &self.runtime,
             })
         }
     }
@@ -401,22 +544,41 @@ mod tests {
         );
     }
 
+    /// A case with both runtime restarts disabled: what the kubelet rung does alone.
+    fn without_runtime_restarts() -> Case {
+        let mut c = Case::new();
+        c.config.actions.restart_containerd.enabled = false;
+        c.config.actions.restart_docker.enabled = false;
+        c
+    }
+
+    fn skipped_reason(d: &[Decision], which: ActionKind) -> String {
+        d.iter()
+            .find_map(|d| match d {
+                Decision::Skipped { action, reason, .. } if *action == which => {
+                    Some(reason.clone())
+                }
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("{which} not skipped: {d:?}"))
+    }
+
     #[test]
     fn kubelet_restart_waits_for_the_runtime() {
-        let c = Case::new();
+        let c = without_runtime_restarts();
         let d = c.decide(&[DockerUnresponsive, KubeletPlegUnhealthy]);
         assert!(
-            matches!(&d[..], [Decision::Skipped { action: ActionKind::RestartKubelet, reason, .. }] if reason.contains("docker-unresponsive")),
+            skipped_reason(&d, ActionKind::RestartKubelet).contains("docker-unresponsive"),
             "{d:?}"
         );
     }
 
     #[test]
     fn kubelet_restart_waits_for_containerd_too() {
-        let c = Case::new();
+        let c = without_runtime_restarts();
         let d = c.decide(&[ContainerdUnresponsive, KubeletPlegUnhealthy]);
         assert!(
-            matches!(&d[..], [Decision::Skipped { action: ActionKind::RestartKubelet, reason, .. }] if reason.contains("containerd-unresponsive")),
+            skipped_reason(&d, ActionKind::RestartKubelet).contains("containerd-unresponsive"),
             "{d:?}"
         );
         // unknown containers alone: no action aims at them (report only), none is blocked
@@ -489,5 +651,159 @@ mod tests {
             "{d:?}"
         );
         assert!(!d.iter().any(|d| matches!(d, Decision::Act { .. })));
+    }
+
+    #[test]
+    fn a_hung_runtime_is_restarted_before_kubelet_and_after_the_reexec() {
+        let c = Case::new();
+        assert_eq!(
+            c.decide(&[ContainerdUnresponsive, KubeletPlegUnhealthy]),
+            vec![act(
+                ActionKind::RestartContainerd,
+                &[ContainerdUnresponsive]
+            )]
+        );
+        assert_eq!(
+            c.decide(&[DockerUnresponsive]),
+            vec![act(ActionKind::RestartDocker, &[DockerUnresponsive])]
+        );
+        // containerd first: dockerd stands on it
+        assert_eq!(
+            c.decide(&[DockerUnresponsive, ContainerdUnresponsive]),
+            vec![act(
+                ActionKind::RestartContainerd,
+                &[ContainerdUnresponsive]
+            )]
+        );
+        // the seed's chain: the wedge is the reexec's, the runtime is not restarted for it
+        assert_eq!(
+            c.decide(&[
+                SystemdBusWedge,
+                ContainerdUnresponsive,
+                KubeletPlegUnhealthy
+            ]),
+            vec![act(ActionKind::DaemonReexec, &[SystemdBusWedge])]
+        );
+    }
+
+    #[test]
+    fn no_runtime_restart_while_pid1_or_the_bus_is_broken() {
+        let mut c = Case::new();
+        // the reexec's budget spent: the runtime still waits for it, whatever else stands
+        for h in [3, 2, 1] {
+            c.ledger.record_start(
+                ActionKind::DaemonReexec,
+                &Now::wall_only(t(0) - Duration::from_secs(h * 3600 + 1)),
+            );
+        }
+        for broken in [
+            SystemdBusWedge,
+            LogindUnresponsive,
+            BusUnresponsive,
+            SystemdUnresponsive,
+        ] {
+            let d = c.decide(&[broken, ContainerdUnresponsive, DockerUnresponsive]);
+            assert!(
+                !d.iter().any(|d| matches!(d, Decision::Act { .. })),
+                "{d:?}"
+            );
+            for runtime in [ActionKind::RestartContainerd, ActionKind::RestartDocker] {
+                let why = skipped_reason(&d, runtime);
+                assert!(why.contains(broken.name()), "{why}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_runtime_still_starting_or_being_restarted_is_left_alone() {
+        let mut c = Case::new();
+        c.runtime.containerd = Some(UnitFacts {
+            unit: "containerd.service".into(),
+            state: UnitState::ActiveFor(Duration::from_secs(59)),
+        });
+        let d = c.decide(&[ContainerdUnresponsive]);
+        let why = skipped_reason(&d, ActionKind::RestartContainerd);
+        assert!(why.contains("startup_grace (1m)"), "{why}");
+        // exactly the grace: up long enough
+        c.runtime.containerd = Some(UnitFacts {
+            unit: "containerd.service".into(),
+            state: UnitState::ActiveFor(Duration::from_secs(60)),
+        });
+        assert_eq!(
+            c.decide(&[ContainerdUnresponsive]),
+            vec![act(
+                ActionKind::RestartContainerd,
+                &[ContainerdUnresponsive]
+            )]
+        );
+        for (state, word) in [
+            (UnitState::NotActive("activating".into()), "activating"),
+            (UnitState::NotActive("deactivating".into()), "deactivating"),
+            (
+                UnitState::Unknown("no answer within 5s".into()),
+                "no answer",
+            ),
+        ] {
+            c.runtime.containerd = Some(UnitFacts {
+                unit: "containerd.service".into(),
+                state,
+            });
+            let d = c.decide(&[ContainerdUnresponsive]);
+            let why = skipped_reason(&d, ActionKind::RestartContainerd);
+            assert!(
+                why.contains(word) && why.contains("containerd.service"),
+                "{why}"
+            );
+        }
+        // not read at all: never acts on a guess
+        c.runtime.containerd = None;
+        let d = c.decide(&[ContainerdUnresponsive]);
+        assert!(
+            !d.iter().any(|d| matches!(d, Decision::Act { .. })),
+            "{d:?}"
+        );
+    }
+
+    #[test]
+    fn dockerd_is_restarted_only_with_live_restore_unless_told() {
+        let mut c = Case::new();
+        c.runtime.docker_live_restore = Some(LiveRestore::Off(
+            "/etc/docker/daemon.json has no \"live-restore\"".into(),
+        ));
+        let d = c.decide(&[DockerUnresponsive, KubeletPlegUnhealthy]);
+        let why = skipped_reason(&d, ActionKind::RestartDocker);
+        assert!(
+            why.contains("live-restore is off") && why.contains("kill every container"),
+            "{why}"
+        );
+        // ... and kubelet still waits for the runtime
+        assert!(skipped_reason(&d, ActionKind::RestartKubelet).contains("docker-unresponsive"));
+        c.runtime.docker_live_restore = Some(LiveRestore::Unknown("not JSON".into()));
+        let d = c.decide(&[DockerUnresponsive]);
+        assert!(skipped_reason(&d, ActionKind::RestartDocker).contains("unknown"));
+        // the operator said so explicitly
+        c.config.actions.restart_docker_require_live_restore = false;
+        assert_eq!(
+            c.decide(&[DockerUnresponsive]),
+            vec![act(ActionKind::RestartDocker, &[DockerUnresponsive])]
+        );
+    }
+
+    #[test]
+    fn runtime_restarts_keep_their_own_budget_and_observe_mode() {
+        let mut c = Case::new();
+        c.ledger
+            .record_start(ActionKind::RestartContainerd, &Now::wall_only(t(0)));
+        let d = c.decide(&[ContainerdUnresponsive, KubeletPlegUnhealthy]);
+        assert!(
+            matches!(&d[0], Decision::Suppressed { action: ActionKind::RestartContainerd, next_allowed_at, .. } if *next_allowed_at == t(1800)),
+            "{d:?}"
+        );
+        // a restart that did not help is not followed by kubelet's while the runtime hangs
+        assert!(skipped_reason(&d, ActionKind::RestartKubelet).contains("containerd-unresponsive"));
+        let mut c = Case::new();
+        c.config.mode = Mode::Observe;
+        let d = c.decide(&[ContainerdUnresponsive]);
+        assert!(skipped_reason(&d, ActionKind::RestartContainerd).contains("observe"));
     }
 }

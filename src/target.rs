@@ -280,15 +280,21 @@ pub enum ActionKind {
     PurgeDeadContainers,
     /// Tier 2: re-execute PID 1 (`systemctl daemon-reexec`).
     DaemonReexec,
-    /// Tier 3, last resort: restart kubelet.
+    /// Tier 3: restart a hung containerd in place (its shims and containers keep running).
+    RestartContainerd,
+    /// Tier 3: restart a hung dockerd in place (only with `live-restore`, unless told).
+    RestartDocker,
+    /// Tier 4, last resort: restart kubelet.
     RestartKubelet,
 }
 
 impl ActionKind {
     /// Every action, lowest tier first.
-    pub const ALL: [ActionKind; 3] = [
+    pub const ALL: [ActionKind; 5] = [
         ActionKind::PurgeDeadContainers,
         ActionKind::DaemonReexec,
+        ActionKind::RestartContainerd,
+        ActionKind::RestartDocker,
         ActionKind::RestartKubelet,
     ];
 
@@ -297,6 +303,8 @@ impl ActionKind {
         match self {
             ActionKind::PurgeDeadContainers => "purge-dead-containers",
             ActionKind::DaemonReexec => "daemon-reexec",
+            ActionKind::RestartContainerd => "restart-containerd",
+            ActionKind::RestartDocker => "restart-docker",
             ActionKind::RestartKubelet => "restart-kubelet",
         }
     }

@@ -126,6 +126,25 @@ impl Applier<'_> {
         }
     }
 
+    /// A systemd unit's name: not empty, no path.
+    fn unit_name(
+        &self,
+        slot: &mut String,
+        key: &str,
+        field: Field<String>,
+    ) -> Result<(), ConfigError> {
+        if let Some(unit) = field {
+            if unit.get_ref().is_empty() || unit.get_ref().contains('/') {
+                return Err(self.error_at(
+                    unit.span().start,
+                    format!("`{key}` is not a unit name: \"{}\"", unit.get_ref()),
+                ));
+            }
+            *slot = unit.into_inner();
+        }
+        Ok(())
+    }
+
     fn action(
         &self,
         slot: &mut ActionConfig,
@@ -247,22 +266,21 @@ pub(super) fn apply_file(config: &mut Config, path: &Path, text: &str) -> Result
     if let Some(d) = f.docker {
         a.set(&mut config.docker.enabled, d.enabled);
         a.path(&mut config.docker.socket, "docker.socket", d.socket)?;
+        a.unit_name(&mut config.docker.unit, "docker.unit", d.unit)?;
+        a.path(
+            &mut config.docker.daemon_json,
+            "docker.daemon_json",
+            d.daemon_json,
+        )?;
     }
     if let Some(c) = f.containerd {
         a.set(&mut config.containerd.enabled, c.enabled);
         a.path(&mut config.containerd.socket, "containerd.socket", c.socket)?;
+        a.unit_name(&mut config.containerd.unit, "containerd.unit", c.unit)?;
     }
     if let Some(k) = f.kubelet {
         a.set(&mut config.kubelet.enabled, k.enabled);
-        if let Some(unit) = k.unit {
-            if unit.get_ref().is_empty() || unit.get_ref().contains('/') {
-                return Err(a.error_at(
-                    unit.span().start,
-                    format!("`kubelet.unit` is not a unit name: \"{}\"", unit.get_ref()),
-                ));
-            }
-            config.kubelet.unit = unit.into_inner();
-        }
+        a.unit_name(&mut config.kubelet.unit, "kubelet.unit", k.unit)?;
         if let Some(c) = k.container {
             let name = c.into_inner();
             config.kubelet.container = (!name.is_empty()).then_some(name);
@@ -351,6 +369,44 @@ pub(super) fn apply_file(config: &mut Config, path: &Path, text: &str) -> Result
                 r.settle,
             )?;
             a.set(&mut config.actions.daemon_reexec.fleet, r.fleet);
+        }
+        if let Some(c) = actions.restart_containerd {
+            a.action(
+                &mut config.actions.restart_containerd,
+                "restart_containerd",
+                c.enabled,
+                c.min_interval,
+                c.max_per_day,
+                c.settle,
+            )?;
+            a.set(&mut config.actions.restart_containerd.fleet, c.fleet);
+            a.duration(
+                &mut config.actions.runtime_startup_grace.containerd,
+                "actions.restart_containerd.startup_grace",
+                c.startup_grace,
+                true,
+            )?;
+        }
+        if let Some(d) = actions.restart_docker {
+            a.action(
+                &mut config.actions.restart_docker,
+                "restart_docker",
+                d.enabled,
+                d.min_interval,
+                d.max_per_day,
+                d.settle,
+            )?;
+            a.set(&mut config.actions.restart_docker.fleet, d.fleet);
+            a.duration(
+                &mut config.actions.runtime_startup_grace.docker,
+                "actions.restart_docker.startup_grace",
+                d.startup_grace,
+                true,
+            )?;
+            a.set(
+                &mut config.actions.restart_docker_require_live_restore,
+                d.require_live_restore,
+            );
         }
         if let Some(k) = actions.restart_kubelet {
             a.action(

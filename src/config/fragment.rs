@@ -92,6 +92,8 @@ pub(super) struct LogindFragment {
 pub(super) struct DockerFragment {
     pub(super) enabled: Field<bool>,
     pub(super) socket: Field<String>,
+    pub(super) unit: Field<String>,
+    pub(super) daemon_json: Field<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -99,6 +101,7 @@ pub(super) struct DockerFragment {
 pub(super) struct ContainerdFragment {
     pub(super) enabled: Field<bool>,
     pub(super) socket: Field<String>,
+    pub(super) unit: Field<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -116,7 +119,32 @@ pub(super) struct KubeletFragment {
 pub(super) struct ActionsFragment {
     pub(super) purge_dead_containers: Option<ActionFragment>,
     pub(super) daemon_reexec: Option<ReexecFragment>,
+    pub(super) restart_containerd: Option<RuntimeRestartFragment>,
+    pub(super) restart_docker: Option<DockerRestartFragment>,
     pub(super) restart_kubelet: Option<ActionFragment>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RuntimeRestartFragment {
+    pub(super) enabled: Field<bool>,
+    pub(super) min_interval: Field<String>,
+    pub(super) max_per_day: Field<i64>,
+    pub(super) settle: Field<String>,
+    pub(super) fleet: Field<bool>,
+    pub(super) startup_grace: Field<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct DockerRestartFragment {
+    pub(super) enabled: Field<bool>,
+    pub(super) min_interval: Field<String>,
+    pub(super) max_per_day: Field<i64>,
+    pub(super) settle: Field<String>,
+    pub(super) fleet: Field<bool>,
+    pub(super) startup_grace: Field<String>,
+    pub(super) require_live_restore: Field<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -59,6 +59,15 @@ pub const DEFAULT_SYSTEMD_PRIVATE_SOCKET: &str = "/run/systemd/private";
 pub const DEFAULT_DOCKER_SOCKET: &str = "/var/run/docker.sock";
 /// Default containerd socket (CRI v1 over gRPC).
 pub const DEFAULT_CONTAINERD_SOCKET: &str = "/run/containerd/containerd.sock";
+/// Default docker engine unit (what `restart-docker` restarts).
+pub const DEFAULT_DOCKER_UNIT: &str = "docker.service";
+/// Default docker engine configuration, read for `live-restore` before `restart-docker`.
+pub const DEFAULT_DOCKER_DAEMON_JSON: &str = "/etc/docker/daemon.json";
+/// Default containerd unit (what `restart-containerd` restarts).
+pub const DEFAULT_CONTAINERD_UNIT: &str = "containerd.service";
+/// Default start-up grace of a runtime's unit: a runtime whose unit became active less than
+/// this long ago is still starting (recovering its containers), not hung.
+pub const DEFAULT_RUNTIME_STARTUP_GRACE: Duration = Duration::from_secs(60);
 /// Default kubelet unit.
 pub const DEFAULT_KUBELET_UNIT: &str = "kubelet.service";
 /// Default kubelet health endpoint (kubelet's `--healthz-port`, 10248).
@@ -256,6 +265,10 @@ pub struct DockerConfig {
     pub enabled: bool,
     /// The engine's unix socket.
     pub socket: PathBuf,
+    /// The engine's systemd unit (`restart-docker` restarts it through PID 1).
+    pub unit: String,
+    /// The engine's configuration file, read for `live-restore` before a restart.
+    pub daemon_json: PathBuf,
 }
 
 /// `[containerd]`.
@@ -265,6 +278,8 @@ pub struct ContainerdConfig {
     pub enabled: bool,
     /// containerd's unix socket (CRI v1 over gRPC).
     pub socket: PathBuf,
+    /// containerd's systemd unit (`restart-containerd` restarts it through PID 1).
+    pub unit: String,
 }
 
 /// `[kubelet]`.
@@ -294,8 +309,27 @@ pub struct ActionsConfig {
     pub daemon_reexec_when: ReexecWhen,
     /// `[actions.daemon_reexec] preempt*`: the planned reexec before the serials run out.
     pub daemon_reexec_preempt: PreemptConfig,
+    /// `[actions.restart_containerd]`.
+    pub restart_containerd: ActionConfig,
+    /// `[actions.restart_docker]`.
+    pub restart_docker: ActionConfig,
+    /// `[actions.restart_containerd] startup_grace`, `[actions.restart_docker] ...`: the
+    /// runtimes' own start-up grace.
+    pub runtime_startup_grace: RuntimeStartupGrace,
+    /// `[actions.restart_docker] require_live_restore`: restart dockerd only when its
+    /// configuration has `"live-restore": true` (else the restart would kill every container).
+    pub restart_docker_require_live_restore: bool,
     /// `[actions.restart_kubelet]`.
     pub restart_kubelet: ActionConfig,
+}
+
+/// How long each runtime's unit must have been active before its hang may be cured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RuntimeStartupGrace {
+    /// containerd's.
+    pub containerd: Duration,
+    /// dockerd's.
+    pub docker: Duration,
 }
 
 impl ActionsConfig {
@@ -304,6 +338,8 @@ impl ActionsConfig {
         match kind {
             ActionKind::PurgeDeadContainers => &self.purge_dead_containers,
             ActionKind::DaemonReexec => &self.daemon_reexec,
+            ActionKind::RestartContainerd => &self.restart_containerd,
+            ActionKind::RestartDocker => &self.restart_docker,
             ActionKind::RestartKubelet => &self.restart_kubelet,
         }
     }
@@ -403,10 +439,13 @@ impl Default for Config {
             docker: DockerConfig {
                 enabled: true,
                 socket: PathBuf::from(DEFAULT_DOCKER_SOCKET),
+                unit: DEFAULT_DOCKER_UNIT.to_owned(),
+                daemon_json: PathBuf::from(DEFAULT_DOCKER_DAEMON_JSON),
             },
             containerd: ContainerdConfig {
                 enabled: true,
                 socket: PathBuf::from(DEFAULT_CONTAINERD_SOCKET),
+                unit: DEFAULT_CONTAINERD_UNIT.to_owned(),
             },
             kubelet: KubeletConfig {
                 enabled: true,
@@ -431,6 +470,15 @@ impl Default for Config {
                     before: DEFAULT_PREEMPT_BEFORE,
                     window: None,
                 },
+                // 30 min apart, 4 a day, checked 60 s later (kubelet reconnects and relists
+                // within seconds of the runtime's return).
+                restart_containerd: action(1800, 4, 60, true),
+                restart_docker: action(1800, 4, 60, true),
+                runtime_startup_grace: RuntimeStartupGrace {
+                    containerd: DEFAULT_RUNTIME_STARTUP_GRACE,
+                    docker: DEFAULT_RUNTIME_STARTUP_GRACE,
+                },
+                restart_docker_require_live_restore: true,
                 // 30 min apart, 4 a day, checked 90 s later (kubelet needs a while to relist).
                 restart_kubelet: action(1800, 4, 90, true),
             },

@@ -660,3 +660,52 @@ fn metrics_token_and_exposure_warnings() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn runtime_restarts_parse_with_their_grace_and_live_restore_rule() {
+    let c = parse(
+        r#"
+[containerd]
+unit = "containerd-custom.service"
+[docker]
+unit = "docker.service"
+daemon_json = "/etc/docker/other.json"
+[actions.restart_containerd]
+enabled = false
+startup_grace = "2m"
+fleet = false
+[actions.restart_docker]
+require_live_restore = false
+startup_grace = "0s"
+max_per_day = 2
+"#,
+    )
+    .unwrap();
+    assert_eq!(c.containerd.unit, "containerd-custom.service");
+    assert_eq!(c.docker.daemon_json, Path::new("/etc/docker/other.json"));
+    assert!(!c.actions.restart_containerd.enabled);
+    assert!(!c.actions.restart_containerd.fleet);
+    assert_eq!(
+        c.actions.runtime_startup_grace.containerd,
+        Duration::from_secs(120)
+    );
+    assert_eq!(c.actions.runtime_startup_grace.docker, Duration::ZERO);
+    assert!(!c.actions.restart_docker_require_live_restore);
+    assert_eq!(c.actions.restart_docker.max_per_day.get(), 2);
+    let d = Config::default();
+    assert!(d.actions.restart_containerd.enabled && d.actions.restart_docker.enabled);
+    assert!(d.actions.restart_docker_require_live_restore);
+    assert_eq!(
+        d.actions.runtime_startup_grace.containerd,
+        Duration::from_secs(60)
+    );
+}
+
+#[test]
+fn a_unit_name_that_is_not_one_is_refused_with_its_key() {
+    let e = parse("[containerd]\nunit = \"../etc/passwd\"\n").unwrap_err();
+    assert!(e.contains("containerd.unit"), "{e}");
+    let e = parse("[actions.restart_docker]\nrequire_live_restore = \"yes\"\n").unwrap_err();
+    // serde's own words, with the line and column of the value
+    assert!(e.starts_with("/etc/pleg-guard/config.toml:2:"), "{e}");
+}

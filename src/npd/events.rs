@@ -84,6 +84,8 @@ fn short(action: ActionKind) -> &'static str {
     match action {
         ActionKind::PurgeDeadContainers => "purge",
         ActionKind::DaemonReexec => "reexec",
+        ActionKind::RestartContainerd => "containerd restart",
+        ActionKind::RestartDocker => "docker restart",
         ActionKind::RestartKubelet => "kubelet restart",
     }
 }
