@@ -113,6 +113,36 @@ impl Reply {
     }
 }
 
+impl Reply {
+    /// The reply as a variant holding a `u32` (`Properties.Get` of `MainPID`).
+    pub fn variant_u32(&self) -> Result<u32, P2pError> {
+        self.variant_of("u")?.u32()
+    }
+
+    /// The reply as a variant holding a `u64` (`Properties.Get` of a `…Monotonic` timestamp).
+    pub fn variant_u64(&self) -> Result<u64, P2pError> {
+        self.variant_of("t")?.u64()
+    }
+
+    /// A reader at a variant's value, which must have the signature `want`.
+    fn variant_of(&self, want: &str) -> Result<Reader<'_>, P2pError> {
+        if self.signature != "v" {
+            return Err(P2pError::Protocol(format!(
+                "expected a variant, got `{}`",
+                self.signature
+            )));
+        }
+        let mut r = Reader::new(&self.body, self.big_endian);
+        let sig = r.signature()?;
+        if sig != want {
+            return Err(P2pError::Protocol(format!(
+                "expected a `{want}` variant, got `{sig}`"
+            )));
+        }
+        Ok(r)
+    }
+}
+
 /// An authenticated peer-to-peer connection.
 pub struct P2pConnection {
     stream: UnixStream,
@@ -535,6 +565,18 @@ impl<'a> Reader<'a> {
         })
     }
 
+    fn u64(&mut self) -> Result<u64, P2pError> {
+        self.align(8)?;
+        let b = self.take(8)?;
+        let mut a = [0u8; 8];
+        a.copy_from_slice(b);
+        Ok(if self.big {
+            u64::from_be_bytes(a)
+        } else {
+            u64::from_le_bytes(a)
+        })
+    }
+
     fn string(&mut self) -> Result<String, P2pError> {
         let len = self.u32()? as usize;
         let s = self.take(len)?;
@@ -629,6 +671,35 @@ mod tests {
         };
         assert_eq!(r.variant_string().unwrap(), "252.38-1~deb12u1");
         assert!(r.string().is_err());
+    }
+
+    #[test]
+    fn parses_variant_integers_aligned_as_sd_bus_sends_them() {
+        let reply_of = |sig: &str, value: &[u8]| {
+            let mut body = Writer::default();
+            body.signature(sig);
+            body.align(value.len());
+            body.bytes.extend_from_slice(value);
+            let p = parse_message(&reply(2, 7, None, "v", &body.bytes)).unwrap();
+            Reply {
+                signature: p.signature,
+                body: p.body,
+                big_endian: false,
+            }
+        };
+        let pid = reply_of("u", &4242u32.to_le_bytes());
+        assert_eq!(pid.variant_u32().unwrap(), 4242);
+        assert!(pid.variant_u64().is_err() && pid.variant_string().is_err());
+        let t = reply_of("t", &1_234_567_890_123u64.to_le_bytes());
+        assert_eq!(t.variant_u64().unwrap(), 1_234_567_890_123);
+        assert!(t.variant_u32().is_err());
+        // truncated: an error, not a panic
+        let short = Reply {
+            signature: "v".into(),
+            body: vec![1, b't', 0, 0, 0, 0, 0, 0, 1, 2],
+            big_endian: false,
+        };
+        assert!(short.variant_u64().is_err());
     }
 
     #[test]

@@ -9,7 +9,7 @@
 
 use std::path::Path;
 
-use zbus_systemd::systemd1::ManagerProxy;
+use zbus_systemd::systemd1::{ManagerProxy, ServiceProxy, UnitProxy};
 
 use super::Error;
 use super::p2p::{MethodCall, P2pConnection};
@@ -19,6 +19,7 @@ pub const MANAGER_PATH: &str = "/org/freedesktop/systemd1";
 /// PID 1's manager interface.
 pub const MANAGER_INTERFACE: &str = "org.freedesktop.systemd1.Manager";
 const UNIT_INTERFACE: &str = "org.freedesktop.systemd1.Unit";
+const SERVICE_INTERFACE: &str = "org.freedesktop.systemd1.Service";
 const PROPERTIES: &str = "org.freedesktop.DBus.Properties";
 
 /// Which way to reach PID 1.
@@ -162,6 +163,75 @@ impl Pid1 {
                             format!("{unit} is not among PID 1's loaded units"),
                         )
                     })
+            }
+        }
+    }
+}
+
+/// What PID 1 says of a service unit: its state, since when, and its main process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceState {
+    /// `ActiveState` (`active`, `activating`, `deactivating`, `failed`, ...).
+    pub active_state: String,
+    /// `ActiveEnterTimestampMonotonic`: when it last became active, in µs of CLOCK_MONOTONIC
+    /// (0: never).
+    pub active_since_us: u64,
+    /// `MainPID` (0: none).
+    pub main_pid: u32,
+}
+
+impl Pid1 {
+    /// The state of service `unit`. Over the bus this reads properties (`Properties.Get`):
+    /// callers ask the private socket first, and the bus only while PID 1 is not wedged.
+    pub async fn service_state(&mut self, unit: &str) -> Result<ServiceState, Error> {
+        match self {
+            Pid1::Private(c) => {
+                let path = c
+                    .call(&MethodCall {
+                        path: MANAGER_PATH,
+                        interface: MANAGER_INTERFACE,
+                        member: "GetUnit",
+                        args: &[unit],
+                    })
+                    .await?
+                    .string()?;
+                let mut get = async |interface: &str, property: &str| {
+                    c.call(&MethodCall {
+                        path: &path,
+                        interface: PROPERTIES,
+                        member: "Get",
+                        args: &[interface, property],
+                    })
+                    .await
+                };
+                let active_state = get(UNIT_INTERFACE, "ActiveState").await?.variant_string()?;
+                let active_since_us = get(UNIT_INTERFACE, "ActiveEnterTimestampMonotonic")
+                    .await?
+                    .variant_u64()?;
+                let main_pid = get(SERVICE_INTERFACE, "MainPID").await?.variant_u32()?;
+                Ok(ServiceState {
+                    active_state,
+                    active_since_us,
+                    main_pid,
+                })
+            }
+            Pid1::Bus(c) => {
+                let path = Self::manager(c).await?.get_unit(unit.to_owned()).await?;
+                let u = UnitProxy::builder(c)
+                    .path(path.clone())
+                    .cache_properties(zbus::proxy::CacheProperties::No)
+                    .build()
+                    .await?;
+                let s = ServiceProxy::builder(c)
+                    .path(path)
+                    .cache_properties(zbus::proxy::CacheProperties::No)
+                    .build()
+                    .await?;
+                Ok(ServiceState {
+                    active_state: u.active_state().await?,
+                    active_since_us: u.active_enter_timestamp_monotonic().await?,
+                    main_pid: s.main_pid().await?,
+                })
             }
         }
     }

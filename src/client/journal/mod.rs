@@ -105,6 +105,42 @@ pub async fn last_matching_line(
     Ok(last.map_err(|source| JournalError::Io { source })?)
 }
 
+/// What process `pid` wrote to the journal since `since` (whole seconds, so a second before
+/// is included), one message a line (`-o cat`), at most `max` bytes of it (the rest is read
+/// and dropped). For the goroutine stacks a Go daemon writes on a signal.
+pub async fn process_output(pid: u32, since: SystemTime, max: usize) -> Result<Vec<u8>, Error> {
+    let since_s = since
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs().saturating_sub(1));
+    let mut child = tokio::process::Command::new(crate::system_program::path_of(
+        crate::system_program::JOURNALCTL,
+    ))
+    .args(["--no-pager", "--quiet", "-o", "cat"])
+    .arg(format!("_PID={pid}"))
+    .arg(format!("--since=@{since_s}"))
+    .stdin(std::process::Stdio::null())
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .kill_on_drop(true)
+    .spawn()
+    .map_err(|source| JournalError::Spawn { source })?;
+    let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
+        return Err(JournalError::NoPipe("output pipes").into());
+    };
+    let (out, err) = tokio::join!(head_of(stdout, max), head_of(stderr, 4096));
+    let status = child
+        .wait()
+        .await
+        .map_err(|source| JournalError::Io { source })?;
+    if !status.success() {
+        return Err(JournalError::Failed {
+            stderr: String::from_utf8_lossy(&err).trim().to_owned(),
+        }
+        .into());
+    }
+    Ok(out)
+}
+
 /// The last line of a byte stream that `matches` accepts, read in bounded memory.
 pub async fn last_match_of(
     mut r: impl AsyncRead + Unpin,
