@@ -1,12 +1,17 @@
 //! The repairs, lowest tier first: `purge-dead-containers`, `daemon-reexec`,
-//! `restart-kubelet`. Each lives in its own file; this module names them, says what each
-//! needs ([`ActionContext`], built once from the configuration) and dispatches them
-//! ([`run`]). The daemon runs them through an [`Executor`], so its action runner can be tested
+//! `restart-containerd`, `restart-docker`, `restart-kubelet`. Each lives in its own file (the
+//! three restarts share [`restart_unit`], and keep the stuck daemon's goroutine stacks first:
+//! [`stacks`]); this module names them, says what each needs ([`ActionContext`], built once
+//! from the configuration) and dispatches them ([`run`]). The daemon runs them through an [`Executor`], so its action runner can be tested
 //! with a fake one.
 
 pub mod purge_dead;
 pub mod reexec;
+pub mod restart_containerd;
+pub mod restart_docker;
 pub mod restart_kubelet;
+pub mod restart_unit;
+pub mod stacks;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -31,6 +36,12 @@ pub struct ActionContext {
     pub kubelet_unit: String,
     /// kubelet's container, when it runs as one.
     pub kubelet_container: Option<String>,
+    /// containerd's unit.
+    pub containerd_unit: String,
+    /// docker's unit.
+    pub docker_unit: String,
+    /// pleg-guard's state directory (goroutine dumps go under it).
+    pub state_directory: PathBuf,
 }
 
 impl ActionContext {
@@ -43,6 +54,9 @@ impl ActionContext {
             bus_socket: config.dbus.socket.clone(),
             kubelet_unit: config.kubelet.unit.clone(),
             kubelet_container: config.kubelet.container.clone(),
+            containerd_unit: config.containerd.unit.clone(),
+            docker_unit: config.docker.unit.clone(),
+            state_directory: config.state_directory.clone(),
         }
     }
 }
@@ -58,16 +72,10 @@ pub async fn run(kind: ActionKind, ctx: &ActionContext) -> ActionReport {
             Some(name) => {
                 restart_kubelet::restart_container(name, &ctx.docker_socket, ctx.timeout).await
             }
-            None => {
-                restart_kubelet::restart_unit(
-                    &ctx.kubelet_unit,
-                    &ctx.private_socket,
-                    &ctx.bus_socket,
-                    ctx.timeout,
-                )
-                .await
-            }
+            None => restart_kubelet::restart_unit(ctx).await,
         },
+        ActionKind::RestartContainerd => restart_containerd::run(ctx).await,
+        ActionKind::RestartDocker => restart_docker::run(ctx).await,
     }
 }
 

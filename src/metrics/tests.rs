@@ -133,7 +133,10 @@ fn contract_names_and_values() {
     assert!(!text.contains(r#"target="docker""#), "{text}");
     let count = |prefix: &str| text.lines().filter(|l| l.starts_with(prefix)).count();
     assert_eq!(count("pleg_guard_finding_active{"), FindingId::ALL.len());
-    assert_eq!(count("pleg_guard_actions_total{"), 3 * 6);
+    assert_eq!(
+        count("pleg_guard_actions_total{"),
+        ActionKind::ALL.len() * 6
+    );
 }
 
 #[test]
