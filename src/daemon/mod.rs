@@ -17,6 +17,7 @@
 
 pub mod fleet_gate;
 mod runner;
+mod runtime_facts;
 pub mod systemd_watch;
 
 use std::path::PathBuf;
@@ -76,6 +77,8 @@ pub struct Daemon {
     metrics: crate::metrics::Exporter,
     /// The fleet budget (None: `[fleet]` not configured, or its files unusable).
     fleet: Option<FleetGate>,
+    /// What PID 1 and dockerd's configuration say of a hung runtime (read while one hangs).
+    runtime: crate::ladder::RuntimeFacts,
 }
 
 impl Daemon {
@@ -98,6 +101,7 @@ impl Daemon {
             next_step: None,
             metrics: crate::metrics::Exporter::default(),
             fleet: None,
+            runtime: crate::ladder::RuntimeFacts::default(),
             config,
             config_path,
             dry_run,
@@ -296,6 +300,10 @@ impl Daemon {
         self.last_round = Some(Round::merged(self.last_round.as_ref(), &round));
         let diagnosis = &self.diagnosis;
         self.runner.check_settled(|id| diagnosis.has(id));
+        if !self.runner.busy() {
+            let ids: Vec<FindingId> = self.diagnosis.findings().iter().map(|f| f.id).collect();
+            self.runtime = runtime_facts::read(&ids, &self.config).await;
+        }
         self.climb_ladder();
         self.publish();
     }
@@ -348,6 +356,7 @@ impl Daemon {
             serial_preempt_waits: self.preempt_waits.as_ref().map(|w| w.words.as_str()),
             actions: &self.config.actions,
             ledger: self.runner.ledger(),
+            runtime: &self.runtime,
         });
         self.runner.forget_notes(&findings);
         self.next_step = (in_grace && findings.iter().any(|f| f.severity() == Severity::Problem))
@@ -476,6 +485,11 @@ impl Daemon {
                 }
                 ActionKind::DaemonReexec => {
                     self.package_version = self.prober.package_version().await
+                }
+                ActionKind::RestartContainerd | ActionKind::RestartDocker => {
+                    // the runtime's errors in kubelet's log from the hang are not evidence
+                    // against kubelet now
+                    self.prober.ignore_kubelet_logs_before(SystemTime::now())
                 }
                 ActionKind::PurgeDeadContainers => {}
             }

@@ -426,6 +426,7 @@ mod tests {
                 serial_preempt_waits: o.preempt_waits.as_ref().map(|w| w.words.as_str()),
                 actions: &config.actions,
                 ledger: &ledger,
+                runtime: &crate::ladder::RuntimeFacts::default(),
             })
         };
         use FindingId::{SystemdBusWedge, SystemdSerialExhaustion};
