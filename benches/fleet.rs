@@ -274,7 +274,7 @@ impl Observer {
 }
 
 /// A slot turn's steps (`PLEG_BENCH_STEPS=1`): the product's debug events of target
-/// [`TURN`](pleg_guard::fleet::etcd::TURN) and the bench's own (`noticed`, the member's task
+/// [`TURN`](pleg_guard::fleet::backend::etcd::TURN) and the bench's own (`noticed`, the member's task
 /// learned its grant), each with when, the node and a revision.
 mod steps {
     use std::collections::BTreeMap;
@@ -336,7 +336,7 @@ mod steps {
             event: &tracing::Event<'_>,
             _: tracing_subscriber::layer::Context<'_, S>,
         ) {
-            if event.metadata().target() != pleg_guard::fleet::etcd::TURN {
+            if event.metadata().target() != pleg_guard::fleet::backend::etcd::TURN {
                 return;
             }
             let mut f = Fields::default();

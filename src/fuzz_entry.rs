@@ -133,7 +133,7 @@ pub fn config(data: &[u8]) {
 /// (holder, queue, member), the next eight the revisions and lease, the rest is the value.
 /// It is parsed, counted by the storm guard and decided on as a waiter would.
 pub fn fleet_answers(data: &[u8]) {
-    use crate::fleet::group::{Head, Held, Keys, MemberFindings, RawKv, Snapshot};
+    use crate::fleet::backend::etcd::group::{Head, Held, Keys, MemberFindings, RawKv, Snapshot};
     use crate::fleet::storm::{Health, MaxUnhealthy};
     let Some((&which, rest)) = data.split_first() else {
         return;

@@ -306,7 +306,7 @@ proptest! {
         ahead in 0..64usize,
         max in (any::<u32>(), any::<u8>()),
     ) {
-        use crate::fleet::group::{Head, Held, Keys, MemberFindings, RawKv, Snapshot};
+        use crate::fleet::backend::etcd::group::{Head, Held, Keys, MemberFindings, RawKv, Snapshot};
         use crate::fleet::storm::{Health, MaxUnhealthy};
         use crate::fleet::MaxDisruptive;
         let keys = Keys::new("/pleg-guard/g");
@@ -434,7 +434,7 @@ fn deeply_nested_ledger_is_an_error() {
 /// waiter that can be handed a slot, a member reporting two findings (one of them exempt).
 #[test]
 fn the_fleet_samples_parse() {
-    use crate::fleet::group::{Head, Held, Keys, MemberFindings, RawKv};
+    use crate::fleet::backend::etcd::group::{Head, Held, Keys, MemberFindings, RawKv};
     let keys = Keys::new("/pleg-guard/g");
     let key = format!("{}000003", keys.holders());
     let kv = |value: &'static str| RawKv {

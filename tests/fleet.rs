@@ -1181,26 +1181,29 @@ async fn direct_connection(
     etcd: &EtcdCluster,
     group: &str,
 ) -> (
-    pleg_guard::fleet::etcd::Connection,
-    pleg_guard::fleet::group::Keys,
+    pleg_guard::fleet::backend::etcd::Connection,
+    pleg_guard::fleet::backend::etcd::group::Keys,
 ) {
-    use pleg_guard::fleet::etcd::{Connection, TlsMaterial};
+    use pleg_guard::fleet::backend::etcd::{Connection, TlsMaterial};
     let s = settings(etcd, group, "x", "1");
     let tls = TlsMaterial::load(s.tls.as_ref()).unwrap();
     let conn = Connection::open(&s, &tls).await.unwrap();
-    (conn, pleg_guard::fleet::group::Keys::new(&s.group_prefix()))
+    (
+        conn,
+        pleg_guard::fleet::backend::etcd::group::Keys::new(&s.group_prefix()),
+    )
 }
 
 /// `node` asks for a planned kubelet restart through `conn` (a read one key deep): its queue
 /// key, and the read that came with the join.
 async fn join_planned(
-    conn: &mut pleg_guard::fleet::etcd::Connection,
-    keys: &pleg_guard::fleet::group::Keys,
+    conn: &mut pleg_guard::fleet::backend::etcd::Connection,
+    keys: &pleg_guard::fleet::backend::etcd::group::Keys,
     node: &str,
     lease: i64,
 ) -> (
-    pleg_guard::fleet::etcd::Me,
-    pleg_guard::fleet::group::Snapshot,
+    pleg_guard::fleet::backend::etcd::Me,
+    pleg_guard::fleet::backend::etcd::group::Snapshot,
 ) {
     conn.join(
         keys,
@@ -1216,7 +1219,7 @@ async fn join_planned(
 
 /// A queue key's value: `node` asks for a kubelet restart.
 fn queue_value(node: &str, urgency: Urgency) -> Vec<u8> {
-    serde_json::to_vec(&pleg_guard::fleet::group::QueueValue {
+    serde_json::to_vec(&pleg_guard::fleet::backend::etcd::group::QueueValue {
         node: node.to_owned(),
         action: "restart-kubelet".to_owned(),
         urgency,
@@ -1237,7 +1240,7 @@ fn holder_value(node: &str) -> Vec<u8> {
 /// never shows more than `max` holders.
 #[test]
 fn a_release_hands_its_slot_over_or_falls_back_to_a_plain_release() {
-    use pleg_guard::fleet::etcd::Released;
+    use pleg_guard::fleet::backend::etcd::Released;
 
     let Some(etcd) = require_etcd(3) else {
         return;
@@ -1339,7 +1342,7 @@ fn a_release_hands_its_slot_over_or_falls_back_to_a_plain_release() {
 #[test]
 fn a_release_through_the_waiters_read_behind_it_keeps_the_queue_order() {
     use pleg_guard::fleet::MaxDisruptive;
-    use pleg_guard::fleet::etcd::Released;
+    use pleg_guard::fleet::backend::etcd::Released;
 
     let Some(etcd) = require_etcd(3) else {
         return;
@@ -1356,7 +1359,7 @@ fn a_release_through_the_waiters_read_behind_it_keeps_the_queue_order() {
             leases.push((node, lease, alive));
             me.insert(node, (m, lease));
         }
-        let names = |b: &pleg_guard::fleet::group::Successors| {
+        let names = |b: &pleg_guard::fleet::backend::etcd::group::Successors| {
             b.heads
                 .iter()
                 .map(|h| h.value.node.clone())
@@ -1760,7 +1763,7 @@ fn a_join_whose_answer_was_lost_is_withdrawn_at_reconnect() {
 /// reads again when its watch started after its read).
 #[test]
 fn a_far_waiters_watch_from_its_join_misses_nothing_since() {
-    use pleg_guard::fleet::group::{WatchPlan, watches_from_read};
+    use pleg_guard::fleet::backend::etcd::group::{WatchPlan, watches_from_read};
 
     let Some(etcd) = require_etcd(3) else {
         return;
@@ -1862,7 +1865,7 @@ fn a_far_waiters_watch_from_its_join_misses_nothing_since() {
 #[test]
 fn a_failed_grant_gives_the_free_slot_to_the_waiter_behind() {
     use pleg_guard::fleet::MaxDisruptive;
-    use pleg_guard::fleet::etcd::Released;
+    use pleg_guard::fleet::backend::etcd::Released;
 
     let Some(etcd) = require_etcd(3) else {
         return;

@@ -482,7 +482,7 @@ fn pure_cores_name_no_io_module() {
         "systemd/window.rs",
         "systemd/preempt.rs",
         "systemd/version",
-        "fleet/group",
+        "fleet/backend/etcd/group",
         "fleet/policy.rs",
     ];
     let mut wrong = Vec::new();

@@ -1,19 +1,15 @@
-//! The fleet-wide disruption budget kept in etcd (issue 21): a pool never has more than
-//! `max_disruptive` nodes in a disruptive repair at once.
+//! The fleet-wide disruption budget (issue 21): a pool never has more than `max_disruptive`
+//! nodes in a disruptive repair at once. One core that every backend serves:
 //!
-//! - [`group`]: the keys of a group, their values, and what a waiter does next (pure);
+//! - this file: [`Fleet`], the handle the daemon holds (it never blocks on a backend), and the
+//!   types every part shares (urgency, slot state, the group's view, errors by kind);
 //! - [`policy`]: when an action waits for its slot and when it acts without one (pure);
-//! - [`etcd`]: the typed edge to etcd (connect, TLS and auth checks, errors by kind);
+//! - [`storm`]: the storm guard, when a group's sick members pause repairs (pure);
 //! - [`settings`]: the `[fleet]` settings and what makes each value valid;
-//! - [`actor`]: the task that keeps this node's lease and member key, and asks for, waits for
-//!   and gives back its slot;
-//! - this file: [`Fleet`], the handle the daemon holds (it never blocks on etcd), and the
-//!   types the others share.
+//! - [`backend`]: what the handle and a backend say to each other, and the backends, one
+//!   folder each ([`backend::etcd`]).
 
-pub mod actor;
-pub mod etcd;
-pub mod group;
-pub mod member_cache;
+pub mod backend;
 pub mod policy;
 pub mod settings;
 pub mod storm;
@@ -22,6 +18,8 @@ use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
 use tokio::sync::{mpsc, oneshot, watch};
+
+use backend::{Command, Shared};
 
 use crate::target::ActionKind;
 pub use settings::{FleetConfig, MaxDisruptive, OnUnreachable, Secret};
@@ -254,23 +252,6 @@ impl FleetError {
     }
 }
 
-/// What the actor publishes.
-#[derive(Debug, Clone)]
-pub(crate) struct Shared {
-    pub(crate) state: SlotState,
-    pub(crate) view: FleetView,
-}
-
-/// What the handle asks the actor.
-#[derive(Debug)]
-pub(crate) enum Command {
-    Request(ActionKind, Urgency),
-    Release,
-    Findings(Vec<String>),
-    ReadHealth,
-    Shutdown(oneshot::Sender<()>),
-}
-
 /// The daemon's handle on its fleet slot. Cheap to ask; the etcd work happens in a task of
 /// its own, so a slow or absent etcd never holds up the probe loop.
 #[derive(Debug)]
@@ -285,10 +266,6 @@ impl Fleet {
     /// Start the actor (inside a tokio runtime). Checks the TLS files at once; never waits
     /// for etcd.
     pub fn start(settings: FleetSettings) -> Result<Fleet, FleetError> {
-        let tls = etcd::TlsMaterial::load(settings.tls.as_ref())?;
-        if settings.endpoints.is_empty() {
-            return Err(FleetError::Config("no etcd endpoints".to_owned()));
-        }
         let (commands, rx) = mpsc::unbounded_channel();
         let (tx, shared) = watch::channel(Shared {
             state: SlotState::Idle,
@@ -298,7 +275,7 @@ impl Fleet {
             },
         });
         let request_timeout = settings.request_timeout;
-        let task = tokio::spawn(actor::Actor::new(settings, tls, tx).run(rx));
+        let task = backend::start(settings, tx, rx)?;
         Ok(Fleet {
             commands,
             shared,
@@ -307,29 +284,10 @@ impl Fleet {
         })
     }
 
-    /// Connect once and read the group, as `check-config --connect` does: the TLS, auth and
-    /// reachability errors the daemon would meet.
+    /// Reach the store once and read the group, as `check-config --connect` does: the TLS,
+    /// auth and reachability errors the daemon would meet.
     pub async fn check(settings: &FleetSettings) -> Result<FleetView, FleetError> {
-        let tls = etcd::TlsMaterial::load(settings.tls.as_ref())?;
-        let mut conn = etcd::Connection::open(settings, &tls).await?;
-        let keys = group::Keys::new(&settings.group_prefix());
-        let snap = conn
-            .snapshot(
-                &keys,
-                &settings.node,
-                None,
-                settings.max_disruptive.slots(0),
-            )
-            .await?;
-        let mut view = actor::view_of(settings, &snap, true, None, 0);
-        if settings.max_unhealthy != storm::MaxUnhealthy::Off {
-            let (_, members) = conn.members(&keys).await?;
-            view.health = Some(actor::health_of(
-                settings,
-                members.iter().map(|(n, v)| (n.as_str(), v.as_slice())),
-            ));
-        }
-        Ok(view)
+        backend::check(settings).await
     }
 
     /// Ask for a slot for `action` (idempotent while a request stands; a higher urgency

@@ -15,7 +15,7 @@
 
 use std::fmt;
 
-use super::group::MemberFindings;
+use serde::Deserialize;
 
 /// Groups of at most this many live members never storm.
 pub const SMALL_GROUP: usize = 5;
@@ -101,7 +101,23 @@ impl MaxUnhealthy {
     }
 }
 
-/// The group's health as its member keys report it.
+/// What the storm guard reads from any member key: `{"node":"n1","findings":[...]}` is all a
+/// member needs to write (other fields are ignored; no `findings`: none).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+pub struct MemberFindings {
+    /// The findings the member acts on.
+    #[serde(default)]
+    pub findings: Vec<String>,
+}
+
+impl MemberFindings {
+    /// A member key's value (an unreadable one reports nothing).
+    pub fn parse(value: &[u8]) -> MemberFindings {
+        serde_json::from_slice(value).unwrap_or_default()
+    }
+}
+
+/// The group's health as its members report it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Health {
     /// Live members.
@@ -116,11 +132,23 @@ impl Health {
         members: impl IntoIterator<Item = (&'a str, &'a [u8])>,
         exempt: &[String],
     ) -> Health {
+        Health::of_findings(
+            members
+                .into_iter()
+                .map(|(node, value)| (node, MemberFindings::parse(value).findings)),
+            exempt,
+        )
+    }
+
+    /// From each live member's name and the findings it reports (whatever the store).
+    pub fn of_findings<'a>(
+        members: impl IntoIterator<Item = (&'a str, Vec<String>)>,
+        exempt: &[String],
+    ) -> Health {
         let mut h = Health::default();
-        for (node, value) in members {
+        for (node, findings) in members {
             h.members += 1;
-            let f = MemberFindings::parse(value);
-            if !f.findings.is_empty() && !f.findings.iter().any(|x| exempt.contains(x)) {
+            if !findings.is_empty() && !findings.iter().any(|x| exempt.contains(x)) {
                 h.unhealthy.push(node.to_owned());
             }
         }

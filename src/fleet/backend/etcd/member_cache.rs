@@ -1,7 +1,7 @@
 //! The member keys as a node that consults the storm guard knows them: read once, then kept
 //! up to date by a watch of `members/` from the revision after that read, as a Kubernetes
 //! informer lists once and then watches. Pure: the actor feeds it the read and the watch's
-//! events ([`crate::fleet::actor`]).
+//! events ([`super::actor`]).
 //!
 //! Reading every member key again to see whether any changed costs etcd 3.4 a look at every
 //! key however the read is narrowed (a range filtered by mod revision is read whole before it

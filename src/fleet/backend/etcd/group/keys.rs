@@ -1,6 +1,6 @@
 //! The group's keys under `<prefix>/<group>/`: members, the two queues, the holders.
 
-use super::super::Urgency;
+use crate::fleet::Urgency;
 
 /// The key segment of member keys.
 pub const MEMBERS: &str = "members/";

@@ -3,9 +3,9 @@
 
 use std::time::{Duration, Instant};
 
-use super::super::MaxDisruptive;
 use super::plan::{HANDOFF_CANDIDATES, MAX_OFFERS};
-use super::values::{Held, QueueValue, RawKv};
+use super::values::{Head, Held};
+use crate::fleet::MaxDisruptive;
 
 /// The group at one revision, as far as one waiter (or an idle member) needs it: counts, the
 /// holders (at most `max` of them), and the few queue keys just ahead of the waiter.
@@ -196,33 +196,5 @@ impl Successors {
         };
         let fresh = now.saturating_duration_since(self.read_at) < SUCCESSORS_FRESH_FOR;
         (fresh && !self.heads.is_empty()).then(|| (budget.slots(0), self.heads.as_slice()))
-    }
-}
-
-/// A waiter at the head of the queue as a releasing holder read it (emergencies first, then
-/// by create revision).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Head {
-    /// Its queue key.
-    pub key: Vec<u8>,
-    /// The key's create revision (its place).
-    pub create_revision: i64,
-    /// The waiter's lease: a slot handed over is put on it, so it goes when the waiter dies.
-    pub lease: i64,
-    /// Its request.
-    pub value: QueueValue,
-}
-
-impl Head {
-    /// From a queue key (None: it cannot take a slot handed to it: no lease, an unreadable
-    /// value; it still blocks the handoffs to waiters behind it).
-    pub fn of(kv: RawKv<'_>) -> Option<Head> {
-        let value: QueueValue = serde_json::from_slice(kv.value).ok()?;
-        (kv.lease != 0 && kv.create_revision > 0).then(|| Head {
-            key: kv.key.to_vec(),
-            create_revision: kv.create_revision,
-            lease: kv.lease,
-            value,
-        })
     }
 }

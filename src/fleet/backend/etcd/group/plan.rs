@@ -3,10 +3,9 @@
 
 use std::time::SystemTime;
 
-use super::super::Urgency;
 use super::keys::{Keys, prefix_end};
-use super::snapshot::Head;
-use super::values::HolderValue;
+use super::values::{Head, HolderValue};
+use crate::fleet::Urgency;
 
 /// How a compare compares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,7 +66,7 @@ pub enum Op {
 }
 
 /// A write transaction: `then` if every compare holds, else `otherwise` (a nested
-/// transaction with compares of its own; None: nothing). [`super::super::etcd`] sends it as it is;
+/// transaction with compares of its own; None: nothing). [`super::super::connection`] sends it as it is;
 /// the tests below run it on a fake store.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct TxnPlan {

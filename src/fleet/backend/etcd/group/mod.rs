@@ -3,7 +3,7 @@
 //!
 //! Keys under `<prefix>/<group>/`, all on the lease of the node that wrote them:
 //! - `members/<node>`: one per live daemon ([`MemberValue`], JSON); it carries the findings the
-//!   node acts on (the storm guard counts them, [`super::storm`]);
+//!   node acts on (the storm guard counts them, [`crate::fleet::storm`]);
 //! - `queue/emergency/<node>`, `queue/planned/<node>`: one per node that waits for a slot
 //!   ([`QueueValue`]); the queue's order is (emergency first, then the key's create revision);
 //! - `holders/<index>`: one per slot held, `index` zero-padded in `0..max`

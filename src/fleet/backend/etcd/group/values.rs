@@ -4,8 +4,8 @@ use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 
-use super::super::Urgency;
 use super::keys::Keys;
+use crate::fleet::Urgency;
 
 /// The value of a queue key.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -52,21 +52,8 @@ pub struct MemberValue {
     pub findings: Vec<String>,
 }
 
-/// What the storm guard reads from any member key: `{"node":"n1","findings":[...]}` is all a
-/// member needs to write (other fields are ignored; no `findings`: none).
-#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
-pub struct MemberFindings {
-    /// The findings the member acts on.
-    #[serde(default)]
-    pub findings: Vec<String>,
-}
-
-impl MemberFindings {
-    /// A member key's value (an unreadable one reports nothing).
-    pub fn parse(value: &[u8]) -> MemberFindings {
-        serde_json::from_slice(value).unwrap_or_default()
-    }
-}
+/// What the storm guard reads from a member key (it is the storm guard's).
+pub use crate::fleet::storm::MemberFindings;
 
 /// One key as etcd returned it.
 #[derive(Debug, Clone, Copy)]
@@ -133,6 +120,34 @@ impl Held {
             mod_revision: kv.mod_revision,
             lease: kv.lease,
             stray_key: index.is_none().then(|| shown(kv.key)),
+        })
+    }
+}
+
+/// A waiter at the head of the queue as a releasing holder read it (emergencies first, then
+/// by create revision).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Head {
+    /// Its queue key.
+    pub key: Vec<u8>,
+    /// The key's create revision (its place).
+    pub create_revision: i64,
+    /// The waiter's lease: a slot handed over is put on it, so it goes when the waiter dies.
+    pub lease: i64,
+    /// Its request.
+    pub value: QueueValue,
+}
+
+impl Head {
+    /// From a queue key (None: it cannot take a slot handed to it: no lease, an unreadable
+    /// value; it still blocks the handoffs to waiters behind it).
+    pub fn of(kv: RawKv<'_>) -> Option<Head> {
+        let value: QueueValue = serde_json::from_slice(kv.value).ok()?;
+        (kv.lease != 0 && kv.create_revision > 0).then(|| Head {
+            key: kv.key.to_vec(),
+            create_revision: kv.create_revision,
+            lease: kv.lease,
+            value,
         })
     }
 }
