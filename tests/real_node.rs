@@ -371,6 +371,13 @@ fn frozen_containerd_is_reported_not_restarted_and_the_node_recovers() {
     let Some(node) = require_node(false) else {
         return;
     };
+    // the control run: restart-containerd off, so the outage runs its course and kubelet's
+    // own PLEG line comes (frozen_containerd_is_restarted_in_place... is the cure)
+    node.bed.write_file(
+        NO_RUNTIME_RESTART_DROP_IN,
+        "[actions.restart_containerd]\nenabled = false\n",
+    );
+    node.bed.sh_ok("systemctl restart pleg-guard");
     let runtime = FrozenRuntime {
         unit: "containerd.service",
         process: "containerd",
@@ -400,6 +407,114 @@ fn frozen_containerd_is_reported_not_restarted_and_the_node_recovers() {
             node.conditions().get("Ready"),
         )
     });
+}
+
+/// The control run's drop-in: `restart-containerd` disabled.
+const NO_RUNTIME_RESTART_DROP_IN: &str = "/etc/pleg-guard/config.d/60-no-runtime-restart.toml";
+
+/// Issue 42, the cure: containerd frozen (SIGSTOP) on the real node, pleg-guard at its
+/// defaults. One `restart-containerd` succeeds, with containerd's real goroutine dump kept
+/// where its journal entry says; the Node's Ready never leaves True (watched from the API
+/// server throughout); the pod that ran before runs on in the same container, restartCount
+/// unchanged (its shim outlived containerd); a pod created after the cure reaches Running.
+#[test]
+fn frozen_containerd_is_restarted_in_place_and_the_node_never_leaves_ready() {
+    let Some(node) = require_node(false) else {
+        return;
+    };
+    let bed = &node.bed;
+    node.create_pod("before-cure");
+    node.wait_pod_running("before-cure", secs(120));
+    let containers = |name: &str| {
+        let p = node.api(
+            "GET",
+            &format!("/api/v1/namespaces/default/pods/{name}"),
+            None,
+        );
+        p["status"]["containerStatuses"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .map(|c| {
+                (
+                    c["containerID"].as_str().unwrap_or("").to_owned(),
+                    c["restartCount"].as_u64().unwrap_or(u64::MAX),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let before = containers("before-cure");
+    assert!(!before.is_empty() && !before[0].0.is_empty(), "{before:?}");
+    let watch = node.watch();
+    let cursor = bed.journal_cursor();
+    let pid = node.unit_main_pid("containerd.service");
+    let t0 = Instant::now();
+    let frozen = node.freeze(pid);
+    let found = bed.wait_event_after(
+        Some(&cursor),
+        "finding",
+        &[("PLEG_GUARD_FINDING", "containerd-unresponsive")],
+        secs(120),
+    );
+    let t_found = entry_instant(&found).saturating_duration_since(t0);
+    let done = node.wait_action_succeeded(&cursor, "restart-containerd", secs(120));
+    let t_done = entry_instant(&done).saturating_duration_since(t0);
+    frozen.keep(); // containerd was replaced; the old PID is gone
+    let message = field(&done, "MESSAGE").unwrap_or("").to_owned();
+    let new_pid = node.unit_main_pid("containerd.service");
+    assert_ne!(new_pid, pid, "containerd not replaced: {message}");
+    // the evidence: containerd's own dump, where the entry says
+    let kept = format!("goroutine stacks of PID {pid} kept in ");
+    let path = message
+        .split_once(&kept)
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no stacks named in {message:?}"))
+        .to_owned();
+    assert!(path.starts_with("/var/lib/pleg-guard/stacks/"), "{path}");
+    let dump = bed.read_file(&path).unwrap_or_default();
+    assert!(
+        dump.contains("goroutine ") && dump.contains("containerd"),
+        "{path}: not containerd's dump: {:.400}",
+        dump
+    );
+    let mode = bed.sh_ok(&format!("stat -c %a {path}"));
+    assert_eq!(mode.trim(), "600", "{path}");
+    // the symptom cleared, and the cure holds: a new pod runs, the old one was never touched
+    bed.wait_event_after(
+        Some(&cursor),
+        "symptom-cleared",
+        &[("PLEG_GUARD_ACTION", "restart-containerd")],
+        secs(150),
+    );
+    node.create_pod("after-cure");
+    let t_pod = node.wait_pod_running("after-cure", secs(120));
+    assert_eq!(
+        containers("before-cure"),
+        before,
+        "the pod's container changed"
+    );
+    let started: Vec<String> = node
+        .actions_started_after(&cursor)
+        .iter()
+        .filter_map(|e| field(e, "PLEG_GUARD_ACTION").map(str::to_owned))
+        .collect();
+    assert_eq!(started, ["restart-containerd"], "{started:?}");
+    assert_eq!(
+        watch.first("Ready", "False"),
+        None,
+        "Ready left True: {:?}",
+        watch.statuses("Ready")
+    );
+    report(
+        "runtime-cured",
+        &format!(
+            "containerd (PID {pid}) SIGSTOPped at t0\ncontainerd-unresponsive after {t_found:?}; \
+             restart-containerd succeeded after {t_done:?}: {message}\nnew containerd PID {new_pid}; \
+             a new pod Running {t_pod:?} after the cure; Ready never left True ({} updates watched)\n",
+            watch.updates()
+        ),
+    );
 }
 
 /// A kubelet restarted by hand (an upgrade, a config change) on a healthy node is no PLEG stall:
