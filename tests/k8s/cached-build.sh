@@ -1,6 +1,6 @@
-# Sourced by tests/k8s/build.sh and tests/k8s/build-v123.sh: the frame of a cached build of
-# Kubernetes components from pinned Go modules. Both key their cache directory on this file
-# too, so an edit here rebuilds both.
+# Sourced by tests/k8s/build.sh, build-v134.sh and build-v123.sh: the frame of a cached build of
+# Kubernetes components from pinned Go modules. Each keys its cache directory on this file
+# too, so an edit here rebuilds all three.
 #
 #   cached_build WHAT OUT BUILD_FN TOOL...
 #

@@ -2,7 +2,8 @@
 # Boots a real single-node Kubernetes cluster in a systemd-nspawn bed, for the real-node tests
 # (tests/real_node.rs) and for trying pleg-guard by hand (docs/real-node.md):
 #
-#   tests/k8s/node-up.sh [--affected] [--dockershim]      then     tests/k8s/node-down.sh
+#   tests/k8s/node-up.sh [--affected] [--kubelet 1.37|1.34] [--dockershim]
+#   ... then tests/k8s/node-down.sh
 #
 # Inside one booted Debian 12 bed (its own PID 1, journal and network namespace), each a systemd
 # unit of that bed: etcd, kube-apiserver, kube-controller-manager (its node lifecycle controller
@@ -12,6 +13,14 @@
 # config, and pleg-guard itself installed from the project's .deb ($PLEG_GUARD_DEB, else the
 # newest target/**/pleg-guard_*.deb, else packaging/build-deb.sh) with its default
 # configuration. A static pod and an API-created pod run on the node.
+# --kubelet 1.37 (PLEG_GUARD_NODE_KUBELET=1.37): kubelet, kube-apiserver, kube-controller-manager
+# v1.37.2 on containerd 2.3 (config version 3) and runc 1.5, all built from their pinned modules
+# (tests/k8s/build.sh), with crictl 1.37 in the bed; a supported Kubernetes. --kubelet 1.34: the
+# cgroup-v1-era node, kubelet v1.34.12 (tests/k8s/build-v134.sh) on Debian bookworm's containerd
+# 1.6.20 and runc, as every real-node claim before kubelet 1.37 was shown. Both set
+# failCgroupV1: false (this host is cgroup v1; kubelet >= 1.35 refuses it otherwise).
+# PLEG_GUARD_NODE_KUBELET_WATCHDOG=<WatchdogSec> (1.37 only): kubelet.service with that
+# WatchdogSec=, so kubelet's own systemd watchdog (1.35+) is armed.
 # --affected: the bed's PID 1 runs the sd-bus of systemd before v242 (systemd#11809), as in the
 # affected beds of tests/bed/README.md.
 # --dockershim: the seeds' era: kubelet v1.23.17 (tests/k8s/build-v123.sh) with dockershim
@@ -36,14 +45,27 @@ here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 
 affected=false dockershim=false
-for a in "$@"; do
-    case "$a" in
+# the default node's kubelet minor (the contract's default node: docs/real-node.md)
+kubelet=${PLEG_GUARD_NODE_KUBELET:-1.34}
+while [ $# -gt 0 ]; do
+    case "$1" in
         --affected) affected=true ;;
         --dockershim) dockershim=true ;;
-        -h | --help) sed -n '2,35p' "$0"; exit 0 ;;
-        *) echo "node-up: unknown argument $a" >&2; exit 2 ;;
+        --kubelet) [ $# -ge 2 ] || { echo "node-up: --kubelet needs a version (1.37 or 1.34)" >&2; exit 2; }
+            kubelet=$2; shift ;;
+        --kubelet=*) kubelet=${1#--kubelet=} ;;
+        -h | --help) sed -n '2,42p' "$0"; exit 0 ;;
+        *) echo "node-up: unknown argument $1" >&2; exit 2 ;;
     esac
+    shift
 done
+case "$kubelet" in
+    1.37 | 1.34) ;;
+    *) echo "node-up: --kubelet $kubelet: this bed has kubelet 1.37 or 1.34 (--dockershim: 1.23)" >&2; exit 2 ;;
+esac
+# the dockershim node keeps the 1.34 control plane it was shown with (kube-apiserver 1.23 does
+# not build from its module)
+$dockershim && kubelet=1.34
 [ "$(id -u)" = 0 ] || { echo "node-up: run as root" >&2; exit 2; }
 
 NODE=pleg-guard-node
@@ -72,8 +94,9 @@ AFFECTED_LIB=$(sed -n 's/^AFFECTED_LIBSYSTEMD=//p' <<<"$prep" | tail -n 1)
 if $affected && [ ! -f "$AFFECTED_LIB" ]; then
     die "--affected: prepare.sh made no affected libsystemd (AFFECTED_LIBSYSTEMD=$AFFECTED_LIB)"
 fi
-K8S_BIN=$("$here/build.sh" | sed -n 's/^K8S_BIN=//p' | tail -n 1)
-[ -x "$K8S_BIN/kubelet" ] || die "tests/k8s/build.sh built no kubelet"
+if [ "$kubelet" = 1.37 ]; then build=build.sh; else build=build-v134.sh; fi
+K8S_BIN=$("$here/$build" | sed -n 's/^K8S_BIN=//p' | tail -n 1)
+[ -x "$K8S_BIN/kubelet" ] || die "tests/k8s/$build built no kubelet"
 if $dockershim; then
     V123_BIN=$("$here/build-v123.sh" | sed -n 's/^K8S_BIN=//p' | tail -n 1)
     [ -x "$V123_BIN/kubelet" ] || die "tests/k8s/build-v123.sh built no kubelet"
@@ -87,7 +110,23 @@ if [ -z "$DEB" ]; then
     DEB=$("$repo/packaging/build-deb.sh" | tail -n 1)
 fi
 [ -f "$DEB" ] || die "no pleg-guard .deb at '$DEB'"
-for b in /usr/bin/containerd /usr/bin/containerd-shim-runc-v2 /usr/bin/ctr /usr/sbin/runc \
+# the runtime the bed binds in at the same paths as Debian's: 1.37 runs the built containerd 2.x
+# and runc (and crictl), 1.34 the host's Debian ones; the dockershim bed its rootfs's own
+runtime_bins=(/usr/bin/containerd /usr/bin/containerd-shim-runc-v2 /usr/bin/ctr /usr/sbin/runc)
+if [ "$kubelet" = 1.37 ]; then
+    runtime_binds=("--bind-ro=$K8S_BIN/containerd:/usr/bin/containerd"
+        "--bind-ro=$K8S_BIN/containerd-shim-runc-v2:/usr/bin/containerd-shim-runc-v2"
+        "--bind-ro=$K8S_BIN/ctr:/usr/bin/ctr" "--bind-ro=$K8S_BIN/runc:/usr/sbin/runc"
+        "--bind-ro=$K8S_BIN/crictl:/usr/bin/crictl")
+    for b in containerd containerd-shim-runc-v2 ctr runc crictl; do
+        [ -x "$K8S_BIN/$b" ] || die "tests/k8s/$build built no $b"
+    done
+    runtime_bins=()
+else
+    runtime_binds=()
+    for b in "${runtime_bins[@]}"; do runtime_binds+=("--bind-ro=$b"); done
+fi
+for b in "${runtime_bins[@]}" \
     /usr/lib/cni/bridge /usr/lib/cni/host-local /usr/lib/cni/loopback /usr/bin/socat /usr/bin/curl; do
     [ -x "$b" ] || die "$b missing (Debian packages containerd runc containernetworking-plugins socat curl)"
 done
@@ -173,8 +212,7 @@ args=(-D "$ROOTFS" --volatile=overlay --boot --register=no --keep-unit --private
 if $dockershim; then # the rootfs's own docker.io, containerd and runc
     args+=("--bind-ro=$V123_BIN:/opt/k8s-v123/bin")
 else
-    args+=(--bind-ro=/usr/bin/containerd --bind-ro=/usr/bin/containerd-shim-runc-v2
-        --bind-ro=/usr/bin/ctr --bind-ro=/usr/sbin/runc)
+    args+=("${runtime_binds[@]}")
 fi
 if $affected; then
     args+=("--bind-ro=$AFFECTED_LIB:/usr/lib/x86_64-linux-gnu/systemd/libsystemd-shared-252.so")
@@ -346,6 +384,51 @@ put /etc/docker/daemon.json <<'EOF'
 EOF
     CNI_VERSION=0.4.0 # dockershim's CNI library (libcni 0.8) speaks CNI spec versions up to 0.4.0
 else
+if [ "$kubelet" = 1.37 ]; then
+# containerd 2.x: config version 3, the CRI plugin split into its images and runtime plugins
+put /etc/containerd/config.toml <<EOF
+version = 3
+root = "/var/lib/containerd"
+state = "/run/containerd"
+[grpc]
+  address = "/run/containerd/containerd.sock"
+[plugins."io.containerd.cri.v1.images".pinned_images]
+  sandbox = "$PAUSE_IMAGE"
+[plugins."io.containerd.cri.v1.runtime"]
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.cri.v1.runtime".cni]
+    bin_dirs = ["/usr/lib/cni"]
+    conf_dir = "/etc/cni/net.d"
+  [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
+    runtime_type = "io.containerd.runc.v2"
+    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
+      SystemdCgroup = true
+EOF
+# upstream's containerd.service (containerd/containerd's own), so that a restart of the unit
+# (pleg-guard's restart-containerd, through the bed's PID 1) stops containerd alone and the
+# running containers' shims survive it (KillMode=process); without its OOMScoreAdjust=-999
+# (the bed lacks CAP_SYS_RESOURCE: a negative value fails the unit) and modprobe (no modules)
+put /etc/systemd/system/containerd.service <<'EOF'
+[Unit]
+Description=containerd container runtime
+Documentation=https://containerd.io
+After=network.target dbus.service
+[Service]
+ExecStart=/usr/bin/containerd --config /etc/containerd/config.toml
+Type=notify
+Delegate=yes
+KillMode=process
+Restart=always
+RestartSec=5
+LimitNPROC=infinity
+LimitCORE=infinity
+TasksMax=infinity
+[Install]
+WantedBy=multi-user.target
+EOF
+printf '%s\n' 'runtime-endpoint: unix:///run/containerd/containerd.sock' \
+    'image-endpoint: unix:///run/containerd/containerd.sock' 'timeout: 10' | put /etc/crictl.yaml
+else
 put /etc/containerd/config.toml <<EOF
 version = 2
 root = "/var/lib/containerd"
@@ -374,6 +457,7 @@ KillMode=process
 Restart=always
 LimitNOFILE=infinity
 EOF
+fi
     CNI_VERSION=1.0.0
 fi
 put /etc/cni/net.d/10-pleg-guard-node.conflist <<EOF
@@ -419,7 +503,7 @@ if $dockershim; then
     KUBELET_CMD="/opt/k8s-v123/bin/kubelet --container-runtime=docker --pod-infra-container-image=$PAUSE_IMAGE \\
   --network-plugin=cni --cni-bin-dir=/usr/lib/cni --cni-conf-dir=/etc/cni/net.d"
 else
-    KUBELET=v1.34 KUBELET_CMD=/opt/k8s/bin/kubelet
+    KUBELET=v$kubelet KUBELET_CMD=/opt/k8s/bin/kubelet
 fi
 put /etc/systemd/system/kubelet.service <<EOF
 [Unit]
@@ -432,6 +516,14 @@ ExecStart=$KUBELET_CMD --config=/etc/kubernetes/kubelet.yaml \\
 Restart=always
 RestartSec=2
 EOF
+# kubelet's own systemd watchdog (GA in 1.35, SystemdWatchdog): with WatchdogSec= on its unit,
+# kubelet pings WATCHDOG=1 only while its /healthz checks pass and systemd restarts it
+# otherwise; off unless asked for (PLEG_GUARD_NODE_KUBELET_WATCHDOG=20s, say)
+if [ -n "${PLEG_GUARD_NODE_KUBELET_WATCHDOG:-}" ]; then
+    [ "$kubelet" = 1.37 ] || die "PLEG_GUARD_NODE_KUBELET_WATCHDOG: kubelet $kubelet has no systemd watchdog (1.35+)"
+    printf '[Service]\nWatchdogSec=%s\n' "$PLEG_GUARD_NODE_KUBELET_WATCHDOG" \
+        | put /etc/systemd/system/kubelet.service.d/50-watchdog.conf
+fi
 put /etc/kubernetes/manifests/static-sleeper.yaml <<EOF
 apiVersion: v1
 kind: Pod

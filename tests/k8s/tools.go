@@ -1,6 +1,6 @@
 //go:build tools
 
-// Package tools names the commands tests/k8s/build.sh builds, so `go mod tidy` keeps them.
+// Package tools names the commands tests/k8s/build.sh builds (v1.37.2), so `go mod tidy` keeps them.
 package tools
 
 import (

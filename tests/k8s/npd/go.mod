@@ -1,5 +1,6 @@
-// node-problem-detector for the real-node tests, pinned; its own module because it follows a
-// newer client-go than kubelet 1.34. Built and cached by tests/k8s/build.sh.
+// node-problem-detector and its health-checker for the real-node tests, pinned; its own module
+// because it follows its own client-go (v0.35), which would pull kubelet's graph (and kubelet
+// 1.37's would pull it). Built and cached by tests/k8s/build.sh.
 module pleg-guard.test/k8s/npd
 
 go 1.26.5
