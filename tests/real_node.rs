@@ -145,6 +145,20 @@ fn wedged_kubelet_is_restarted_through_pid1_and_the_node_is_ready_again() {
         new_pid > 0 && new_pid != old_pid,
         "kubelet MainPID {old_pid} -> {new_pid}"
     );
+    // the evidence the seed's engineer had to dig out by hand: the wedged kubelet's own dump
+    let message = field(&restarted, "MESSAGE").unwrap_or("").to_owned();
+    let kept = format!("goroutine stacks of PID {old_pid} kept in ");
+    let dump_path = message
+        .split_once(&kept)
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no kubelet stacks named in {message:?}"))
+        .to_owned();
+    let dump = node.bed.read_file(&dump_path).unwrap_or_default();
+    assert!(
+        dump.contains("SIGQUIT: quit") && dump.contains("k8s.io/kubernetes"),
+        "{dump_path}: not kubelet's dump: {:.400}",
+        dump
+    );
     let pid1_lines: Vec<String> = node
         .bed
         .journal(&["-u", "kubelet", &format!("--cursor={cursor}")])
@@ -347,6 +361,15 @@ fn seed_bus_wedge_on_a_real_node_observed_then_cured_at_defaults() {
     });
     std::thread::sleep(secs(15));
     assert_eq!(bed.reexec_count(), 1, "exactly one reexec");
+    // a runtime blocked on PID 1 is the reexec's: no runtime restart for it
+    for runtime in ["restart-containerd", "restart-docker"] {
+        assert_eq!(
+            bed.pleg_guard_events("action-started", &[("PLEG_GUARD_ACTION", runtime)])
+                .len(),
+            0,
+            "{runtime} started during the seed's bus wedge"
+        );
+    }
     assert_eq!(
         bed.pleg_guard_events("action-started", &[("PLEG_GUARD_ACTION", "daemon-reexec")])
             .len(),
