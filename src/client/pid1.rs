@@ -130,15 +130,7 @@ impl Pid1 {
     pub async fn active_state(&mut self, unit: &str) -> Result<String, Error> {
         match self {
             Pid1::Private(c) => {
-                let path = c
-                    .call(&MethodCall {
-                        path: MANAGER_PATH,
-                        interface: MANAGER_INTERFACE,
-                        member: "GetUnit",
-                        args: &[unit],
-                    })
-                    .await?
-                    .string()?;
+                let path = private_unit_path(c, unit).await?;
                 Ok(c.call(&MethodCall {
                     path: &path,
                     interface: PROPERTIES,
@@ -168,6 +160,18 @@ impl Pid1 {
     }
 }
 
+/// The object path of `unit`, asked over PID 1's private socket (`Manager.GetUnit`).
+async fn private_unit_path(c: &mut P2pConnection, unit: &str) -> Result<String, Error> {
+    Ok(c.call(&MethodCall {
+        path: MANAGER_PATH,
+        interface: MANAGER_INTERFACE,
+        member: "GetUnit",
+        args: &[unit],
+    })
+    .await?
+    .string()?)
+}
+
 /// What PID 1 says of a service unit: its state, since when, and its main process.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServiceState {
@@ -186,15 +190,7 @@ impl Pid1 {
     pub async fn service_state(&mut self, unit: &str) -> Result<ServiceState, Error> {
         match self {
             Pid1::Private(c) => {
-                let path = c
-                    .call(&MethodCall {
-                        path: MANAGER_PATH,
-                        interface: MANAGER_INTERFACE,
-                        member: "GetUnit",
-                        args: &[unit],
-                    })
-                    .await?
-                    .string()?;
+                let path = private_unit_path(c, unit).await?;
                 let mut get = async |interface: &str, property: &str| {
                     c.call(&MethodCall {
                         path: &path,
