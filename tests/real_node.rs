@@ -469,6 +469,10 @@ fn frozen_containerd_is_restarted_in_place_and_the_node_never_leaves_ready() {
     };
     let before = containers("before-cure");
     assert!(!before.is_empty() && !before[0].0.is_empty(), "{before:?}");
+    // A node in steady state. Frozen inside the startup grace, the cure came 32 s after the
+    // freeze, and kubelet had already set Ready False ("container runtime is down": its
+    // runtime status older than 30 s), seen in CI and again here.
+    node.wait_pleg_guard_past_startup_grace();
     let watch = node.watch();
     let cursor = bed.journal_cursor();
     let pid = node.unit_main_pid("containerd.service");

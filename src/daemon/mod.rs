@@ -178,8 +178,13 @@ impl Daemon {
         }
         let mut watchdog_ticker =
             tokio::time::interval(watchdog.unwrap_or(Duration::from_secs(3600)));
+        // The ladder is asked again the moment the startup grace ends, not a round later: a
+        // runtime hang seen during the grace leaves kubelet only ~30 s before the Node goes
+        // NotReady ("container runtime is down"), and a round is 10 s of that.
+        let mut grace_over = self.config.startup_grace.is_zero();
 
         loop {
+            let grace_end = self.started + self.config.startup_grace;
             // Biased: after a round that took a whole tick, the round ticker and the watchdog
             // ticker are both ready; a random pick let the ticker win several times in a row
             // while probes hung, and systemd killed a loop that was turning.
@@ -194,6 +199,13 @@ impl Daemon {
                     }
                 }
                 _ = watchdog_ticker.tick(), if watchdog.is_some() => notify::watchdog(),
+                () = tokio::time::sleep_until(grace_end), if !grace_over => {
+                    grace_over = true;
+                    if !self.diagnosis.findings().is_empty() {
+                        self.climb_ladder();
+                        self.publish();
+                    }
+                }
                 report = self.runner.next_report(), if self.runner.running() => {
                     self.action_done(report).await;
                 }

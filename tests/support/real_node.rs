@@ -448,6 +448,23 @@ impl Node {
         self.bed.sh_ok("systemctl restart pleg-guard");
     }
 
+    /// Wait until pleg-guard has been up longer than its shipped `startup_grace` (30 s), as on
+    /// a node in steady state: a fault that starts inside the grace waits for its end, and
+    /// node-up.sh installs pleg-guard moments before a scenario begins.
+    pub fn wait_pleg_guard_past_startup_grace(&self) {
+        let up = self.bed.sh_ok(
+            "echo $(( $(date +%s) - $(date -d \"$(systemctl show -p ActiveEnterTimestamp --value pleg-guard)\" +%s) ))",
+        );
+        let up: u64 = up
+            .trim()
+            .parse()
+            .unwrap_or_else(|e| panic!("pleg-guard's uptime {up:?}: {e}"));
+        let grace = 30 + 2;
+        if up < grace {
+            std::thread::sleep(Duration::from_secs(grace - up));
+        }
+    }
+
     /// The observe drop-in removed and pleg-guard restarted: the shipped defaults again (with
     /// their `startup_grace`).
     pub fn pleg_guard_defaults(&self) {
