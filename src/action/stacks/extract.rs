@@ -118,58 +118,112 @@ pub fn unquote_go(s: &str) -> String {
     out
 }
 
-/// What a dump says at a glance: how many goroutines, and the one that waited longest (Go
-/// prints `goroutine 7 [select, 58 minutes]:` for a goroutine blocked a minute or more) with
-/// its first frame outside Go's own runtime, sync and internal packages: where a post-mortem
-/// starts ("relist was blocked in ..."). None for a text with no goroutine.
-pub fn summary(dump: &str) -> Option<String> {
-    let mut count = 0usize;
-    // (minutes, header, first own frame)
-    let mut longest: Option<(u64, String, Option<String>)> = None;
-    let mut current: Option<(u64, String, Option<String>)> = None;
-    let close = |cur: Option<(u64, String, Option<String>)>,
-                 longest: &mut Option<(u64, String, Option<String>)>| {
-        if let Some(c) = cur {
-            if longest.as_ref().is_none_or(|l| c.0 > l.0) && c.0 > 0 {
-                *longest = Some(c);
-            }
+/// Frames that mark a goroutine as serving a call (a gRPC method, an HTTP request) or as
+/// kubelet's relist: what a hang holds up. A daemon's longest waits are otherwise its idle
+/// ones (`main` waiting for a signal, listeners, tickers), which say nothing.
+const SERVING_FRAMES: [&str; 5] = [
+    "google.golang.org/grpc.(*Server).processUnaryRPC",
+    "google.golang.org/grpc.(*Server).processStreamingRPC",
+    "net/http.(*conn).serve",
+    "/pkg/kubelet/pleg.(*GenericPLEG).",
+    "/pkg/kubelet/pleg.(*EventedPLEG).",
+];
+
+/// One goroutine of a dump, as [`summary`] ranks it.
+#[derive(Debug, Default)]
+struct Goroutine {
+    /// `goroutine 7 [select, 58 minutes]`
+    header: String,
+    /// The minutes Go printed (0 below a minute).
+    minutes: u64,
+    /// The first frame outside Go's runtime, sync and internal packages.
+    own_frame: Option<String>,
+    /// A frame of [`SERVING_FRAMES`] is on its stack.
+    serving: bool,
+    /// `goroutine 1`: main, in a daemon usually waiting for its end.
+    main: bool,
+}
+
+impl Goroutine {
+    fn add_frame(&mut self, line: &str) {
+        if line.starts_with('\t') || line.is_empty() {
+            return;
         }
-    };
+        if SERVING_FRAMES.iter().any(|f| line.contains(f)) {
+            self.serving = true;
+        }
+        let go_own = ["runtime.", "sync.", "internal/", "created by "]
+            .iter()
+            .any(|p| line.starts_with(p));
+        if self.own_frame.is_none() && !go_own {
+            let name = line.rsplit_once('(').map_or(line, |(f, _)| f);
+            self.own_frame = Some(name.to_owned());
+        }
+    }
+
+    /// The order of interest: serving a call, then not main, then the longer wait.
+    fn rank(&self) -> (bool, bool, u64) {
+        (self.serving, !self.main, self.minutes)
+    }
+}
+
+/// What a dump says at a glance: how many goroutines, how many of those serving a call have
+/// waited a minute or more (Go prints `goroutine 7 [select, 58 minutes]:` from a minute on),
+/// and the one to start a post-mortem from ("relist was blocked in ..."): the longest waiting
+/// goroutine that serves a call, else the longest waiting one other than main, else main;
+/// with its first frame outside Go's own runtime, sync and internal packages. None for a text
+/// with no goroutine.
+pub fn summary(dump: &str) -> Option<String> {
+    let mut goroutines: Vec<Goroutine> = Vec::new();
     for line in dump.lines() {
         if let Some(rest) = line.strip_prefix("goroutine ") {
             if line.ends_with("]:") {
-                count += 1;
-                close(current.take(), &mut longest);
                 let minutes = rest
                     .split_once('[')
                     .and_then(|(_, s)| s.strip_suffix("]:"))
                     .and_then(|s| s.split(", ").find_map(|p| p.strip_suffix(" minutes")))
                     .and_then(|m| m.trim().parse().ok())
                     .unwrap_or(0);
-                current = Some((minutes, line.trim_end_matches(':').to_owned(), None));
+                goroutines.push(Goroutine {
+                    header: line.trim_end_matches(':').to_owned(),
+                    minutes,
+                    main: rest.starts_with("1 "),
+                    ..Goroutine::default()
+                });
                 continue;
             }
         }
-        if let Some((_, _, frame @ None)) = current.as_mut() {
-            let own = !line.starts_with('\t')
-                && !line.is_empty()
-                && !["runtime.", "sync.", "internal/", "created by "]
-                    .iter()
-                    .any(|p| line.starts_with(p));
-            if own {
-                let name = line.rsplit_once('(').map_or(line, |(f, _)| f);
-                *frame = Some(name.to_owned());
-            }
+        if let Some(g) = goroutines.last_mut() {
+            g.add_frame(line);
         }
     }
-    close(current, &mut longest);
-    if count == 0 {
+    if goroutines.is_empty() {
         return None;
     }
-    Some(match longest {
-        Some((_, header, frame)) => format!(
-            "{count} goroutines; longest wait: {header}{}",
-            frame.map_or(String::new(), |f| format!(" in {f}"))
+    let count = goroutines.len();
+    let blocked_serving = goroutines
+        .iter()
+        .filter(|g| g.serving && g.minutes > 0)
+        .count();
+    // max_by_key keeps the last of equals; the first in the dump is wanted
+    let mut best: Option<&Goroutine> = None;
+    for g in goroutines.iter().filter(|g| g.minutes > 0) {
+        if best.is_none_or(|b| g.rank() > b.rank()) {
+            best = Some(g);
+        }
+    }
+    let serving = if blocked_serving > 0 {
+        format!(", {blocked_serving} serving a call blocked a minute or more")
+    } else {
+        String::new()
+    };
+    Some(match best {
+        Some(g) => format!(
+            "{count} goroutines{serving}; longest wait: {}{}",
+            g.header,
+            g.own_frame
+                .as_ref()
+                .map_or(String::new(), |f| format!(" in {f}"))
         ),
         None => format!("{count} goroutines, none waiting a minute or more"),
     })
@@ -255,7 +309,7 @@ github.com/containerd/containerd/v2/internal/cri.(*criService).ListContainers(0x
         assert_eq!(
             summary(DUMP).as_deref(),
             Some(
-                "3 goroutines; longest wait: goroutine 77 [select, 3 minutes] in k8s.io/kubernetes/pkg/kubelet/pleg.(*GenericPLEG).Relist"
+                "3 goroutines, 1 serving a call blocked a minute or more; longest wait: goroutine 77 [select, 3 minutes] in k8s.io/kubernetes/pkg/kubelet/pleg.(*GenericPLEG).Relist"
             )
         );
         assert_eq!(
@@ -263,5 +317,44 @@ github.com/containerd/containerd/v2/internal/cri.(*criService).ListContainers(0x
             Some("1 goroutines, none waiting a minute or more")
         );
         assert_eq!(summary("no dump"), None);
+    }
+
+    /// containerd's dump in CI: main had waited longest (for its signal) and was named, while
+    /// the CRI calls kubelet was waiting on sat further down.
+    #[test]
+    fn summary_prefers_a_blocked_call_to_mains_idle_wait() {
+        let dump = "goroutine 1 [chan receive, 12 minutes]:\n\
+github.com/containerd/containerd/v2/cmd/containerd/command.App.func1(0x1)\n\t/c/main.go:1\n\n\
+goroutine 40 [IO wait, 12 minutes]:\ninternal/poll.runtime_pollWait(0x1)\n\
+net.(*netFD).accept(0x2)\n\n\
+goroutine 311 [sync.Mutex.Lock, 2 minutes]:\nsync.runtime_SemacquireMutex(0x1)\n\
+sync.(*Mutex).Lock(0x2)\n\
+github.com/containerd/containerd/v2/internal/cri/server.(*criService).ListContainers(0x3)\n\t/c/list.go:9\n\
+google.golang.org/grpc.(*Server).processUnaryRPC(0x4)\n\t/g/server.go:1\n\n\
+goroutine 312 [sync.Mutex.Lock, 1 minutes]:\nsync.(*Mutex).Lock(0x2)\n\
+github.com/containerd/containerd/v2/internal/cri/server.(*criService).ListPodSandbox(0x3)\n\
+google.golang.org/grpc.(*Server).processUnaryRPC(0x4)\n";
+        assert_eq!(
+            summary(dump).as_deref(),
+            Some(
+                "4 goroutines, 2 serving a call blocked a minute or more; longest wait: goroutine 311 [sync.Mutex.Lock, 2 minutes] in github.com/containerd/containerd/v2/internal/cri/server.(*criService).ListContainers"
+            )
+        );
+        // no call blocked: the longest wait other than main's
+        let idle = dump.split("goroutine 311").next().unwrap_or_default();
+        assert_eq!(
+            summary(idle).as_deref(),
+            Some(
+                "2 goroutines; longest wait: goroutine 40 [IO wait, 12 minutes] in net.(*netFD).accept"
+            )
+        );
+        // only main waits: main it is
+        let main_only = dump.split("goroutine 40").next().unwrap_or_default();
+        assert!(
+            summary(main_only).is_some_and(|s| s.ends_with(
+                "in github.com/containerd/containerd/v2/cmd/containerd/command.App.func1"
+            )),
+            "{main_only}"
+        );
     }
 }
