@@ -82,6 +82,16 @@ pub enum LiveRestore {
     Unknown(String),
 }
 
+/// kubelet's unit, read while `kubelet-pleg-unhealthy` stands and kubelet runs as a unit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KubeletFacts {
+    /// The unit and its state.
+    pub unit: UnitFacts,
+    /// The unit's `WatchdogSec=` (None: not armed). kubelet >= 1.35 pings systemd's watchdog
+    /// only while its own /healthz checks pass, so systemd restarts a kubelet that stops.
+    pub watchdog: Option<Duration>,
+}
+
 /// The runtimes' facts for their rungs (None: not read, because no hang of theirs stands).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RuntimeFacts {
@@ -91,6 +101,9 @@ pub struct RuntimeFacts {
     pub docker: Option<UnitFacts>,
     /// dockerd's `live-restore`.
     pub docker_live_restore: Option<LiveRestore>,
+    /// kubelet's unit (None: not read: no PLEG finding, kubelet runs in a container, or
+    /// `restart-kubelet` is off).
+    pub kubelet: Option<KubeletFacts>,
 }
 
 /// One decision about one action.
@@ -218,6 +231,15 @@ pub fn decide(ctx: &Context<'_>) -> Vec<Decision> {
                     )));
                     break;
                 }
+                if let Some(reason) = ctx
+                    .runtime
+                    .kubelet
+                    .as_ref()
+                    .and_then(kubelet_restart_blocked)
+                {
+                    out.push(skip(reason));
+                    break;
+                }
             }
             _ => {}
         }
@@ -301,6 +323,42 @@ fn runtime_restart_blocked(
     None
 }
 
+/// How long a kubelet whose own systemd watchdog is armed must have stayed up before
+/// pleg-guard restarts it: this many `WatchdogSec`. Within it, systemd is the first doctor (it
+/// restarted kubelet, or will once the pings stop), and a second restart would race it.
+pub const KUBELET_WATCHDOG_ROOM: u32 = 2;
+
+/// Why `restart-kubelet` may not run now (None: it may): systemd is already starting or
+/// stopping kubelet, or kubelet's own watchdog is armed and kubelet came up too recently to
+/// tell systemd's cure from its failure. The words name no changing number.
+fn kubelet_restart_blocked(k: &KubeletFacts) -> Option<String> {
+    let unit = &k.unit.unit;
+    let armed = |w: Duration| {
+        format!(
+            "its own systemd watchdog is armed (WatchdogSec={})",
+            humantime::format_duration(w)
+        )
+    };
+    match (&k.unit.state, k.watchdog) {
+        (UnitState::NotActive(state), None) => Some(format!(
+            "{unit} is {state}: systemd is already starting or stopping it"
+        )),
+        (UnitState::NotActive(state), Some(w)) => Some(format!(
+            "{unit} is {state}: systemd is already restarting it, {}; a second restart would race it",
+            armed(w)
+        )),
+        (UnitState::ActiveFor(up), Some(w)) if *up < w * KUBELET_WATCHDOG_ROOM => Some(format!(
+            "{unit} came up less than {} ago and {}: systemd restarts a kubelet whose /healthz fails, so pleg-guard waits {KUBELET_WATCHDOG_ROOM} watchdog periods before a restart of its own",
+            humantime::format_duration(w * KUBELET_WATCHDOG_ROOM),
+            armed(w)
+        )),
+        (UnitState::ActiveFor(_), _) => None,
+        (UnitState::Unknown(why), _) => {
+            Some(format!("PID 1 did not say whether {unit} is up: {why}"))
+        }
+    }
+}
+
 /// The findings each action cures.
 pub fn aims(action: ActionKind) -> &'static [FindingId] {
     match action {
@@ -348,6 +406,7 @@ mod tests {
             containerd: Some(up("containerd.service")),
             docker: Some(up("docker.service")),
             docker_live_restore: Some(LiveRestore::On),
+            kubelet: None,
         }
     }
 
@@ -712,6 +771,58 @@ mod tests {
                 assert!(why.contains(broken.name()), "{why}");
             }
         }
+    }
+
+    fn kubelet(state: UnitState, watchdog: Option<u64>) -> Option<KubeletFacts> {
+        Some(KubeletFacts {
+            unit: UnitFacts {
+                unit: "kubelet.service".into(),
+                state,
+            },
+            watchdog: watchdog.map(Duration::from_secs),
+        })
+    }
+
+    /// kubelet >= 1.35 under `WatchdogSec=`: systemd restarts a kubelet whose /healthz fails;
+    /// pleg-guard's restart must not be a second one on top.
+    #[test]
+    fn kubelet_with_its_own_watchdog_is_left_to_systemd_first() {
+        let mut c = Case::new();
+        let pleg = [KubeletPlegUnhealthy];
+        let restart = vec![act(ActionKind::RestartKubelet, &pleg)];
+        // no watchdog: up a second or an hour, restarted as before
+        for up in [1, 3600] {
+            c.runtime.kubelet = kubelet(UnitState::ActiveFor(Duration::from_secs(up)), None);
+            assert_eq!(c.decide(&pleg), restart);
+        }
+        // watchdog armed at 20 s: restarted by systemd 10 s ago, left alone for 2 x 20 s
+        c.runtime.kubelet = kubelet(UnitState::ActiveFor(Duration::from_secs(10)), Some(20));
+        let why = skipped_reason(&c.decide(&pleg), ActionKind::RestartKubelet);
+        assert!(
+            why.contains("WatchdogSec=20s") && why.contains("less than 40s ago"),
+            "{why}"
+        );
+        c.runtime.kubelet = kubelet(UnitState::ActiveFor(Duration::from_secs(39)), Some(20));
+        assert_eq!(
+            skipped_reason(&c.decide(&pleg), ActionKind::RestartKubelet),
+            why,
+            "the words do not change while it waits"
+        );
+        // up 2 watchdog periods with PLEG still unhealthy: the watchdog did not cure it
+        c.runtime.kubelet = kubelet(UnitState::ActiveFor(Duration::from_secs(40)), Some(20));
+        assert_eq!(c.decide(&pleg), restart);
+        // systemd restarting it (the watchdog fired): never a second restart
+        for watchdog in [Some(20), None] {
+            c.runtime.kubelet = kubelet(UnitState::NotActive("activating".into()), watchdog);
+            let why = skipped_reason(&c.decide(&pleg), ActionKind::RestartKubelet);
+            assert!(why.contains("kubelet.service is activating"), "{why}");
+        }
+        c.runtime.kubelet = kubelet(UnitState::Unknown("no answer within 5s".into()), Some(20));
+        let why = skipped_reason(&c.decide(&pleg), ActionKind::RestartKubelet);
+        assert!(why.contains("no answer"), "{why}");
+        // not read (a container-run kubelet): as before
+        c.runtime.kubelet = None;
+        assert_eq!(c.decide(&pleg), restart);
     }
 
     #[test]

@@ -237,6 +237,7 @@ mod tests {
             active_state: state.into(),
             active_since_us: 1,
             main_pid: pid,
+            watchdog_usec: 0,
         };
         assert!(is_replacement(&s("active", 8), 7));
         assert!(!is_replacement(&s("active", 7), 7));

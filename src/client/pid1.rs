@@ -182,6 +182,8 @@ pub struct ServiceState {
     pub active_since_us: u64,
     /// `MainPID` (0: none).
     pub main_pid: u32,
+    /// `WatchdogUSec`: the unit's own `WatchdogSec=` in µs (0: no watchdog armed).
+    pub watchdog_usec: u64,
 }
 
 impl Pid1 {
@@ -205,10 +207,14 @@ impl Pid1 {
                     .await?
                     .variant_u64()?;
                 let main_pid = get(SERVICE_INTERFACE, "MainPID").await?.variant_u32()?;
+                let watchdog_usec = get(SERVICE_INTERFACE, "WatchdogUSec")
+                    .await?
+                    .variant_u64()?;
                 Ok(ServiceState {
                     active_state,
                     active_since_us,
                     main_pid,
+                    watchdog_usec,
                 })
             }
             Pid1::Bus(c) => {
@@ -227,6 +233,7 @@ impl Pid1 {
                     active_state: u.active_state().await?,
                     active_since_us: u.active_enter_timestamp_monotonic().await?,
                     main_pid: s.main_pid().await?,
+                    watchdog_usec: s.watchdog_u_sec().await?,
                 })
             }
         }

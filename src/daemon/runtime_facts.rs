@@ -1,7 +1,9 @@
 //! What the runtimes' rungs need to know before a restart, read only while a runtime's hang
 //! is a finding (nothing is asked on a healthy node): how long PID 1 says the unit has been
 //! active (a runtime still starting is not hung), and dockerd's `live-restore` from its
-//! configuration file (the engine itself is what hangs, so its API cannot say).
+//! configuration file (the engine itself is what hangs, so its API cannot say); and, while
+//! kubelet's PLEG is unhealthy, kubelet's unit and its `WatchdogSec=` (kubelet's own systemd
+//! watchdog, 1.35+, which `restart-kubelet` must not race).
 //!
 //! PID 1 is asked over its private socket first, then the bus, each bounded; while PID 1 or
 //! the bus is broken nothing is asked (the ladder holds runtime restarts back then anyway).
@@ -12,7 +14,7 @@ use std::time::Duration;
 use crate::client::pid1::{Pid1, Route, ServiceState};
 use crate::config::Config;
 use crate::diagnosis::FindingId;
-use crate::ladder::{LiveRestore, RuntimeFacts, UnitFacts, UnitState};
+use crate::ladder::{KubeletFacts, LiveRestore, RuntimeFacts, UnitFacts, UnitState};
 
 /// The facts for the findings that stand (`findings`), read as the configuration says.
 pub async fn read(findings: &[FindingId], config: &Config) -> RuntimeFacts {
@@ -29,11 +31,24 @@ pub async fn read(findings: &[FindingId], config: &Config) -> RuntimeFacts {
         facts.docker = Some(unit_facts(&config.docker.unit, config).await);
         facts.docker_live_restore = Some(live_restore_of(&config.docker.daemon_json));
     }
+    if has(FindingId::KubeletPlegUnhealthy)
+        && actions.restart_kubelet.enabled
+        && config.kubelet.container.is_none()
+    {
+        let (unit, watchdog) = unit_read(&config.kubelet.unit, config).await;
+        facts.kubelet = Some(KubeletFacts { unit, watchdog });
+    }
     facts
 }
 
 /// The state of `unit` as PID 1 tells it.
 async fn unit_facts(unit: &str, config: &Config) -> UnitFacts {
+    unit_read(unit, config).await.0
+}
+
+/// The state of `unit` as PID 1 tells it, and its `WatchdogSec=` (None: not armed, or not
+/// read).
+async fn unit_read(unit: &str, config: &Config) -> (UnitFacts, Option<Duration>) {
     let timeout = config.probe.timeout;
     let mut notes = Vec::new();
     for route in [Route::Private, Route::Bus] {
@@ -45,19 +60,23 @@ async fn unit_facts(unit: &str, config: &Config) -> UnitFacts {
         .await;
         match asked {
             Ok(Ok(s)) => {
-                return UnitFacts {
+                let watchdog =
+                    (s.watchdog_usec > 0).then(|| Duration::from_micros(s.watchdog_usec));
+                let facts = UnitFacts {
                     unit: unit.to_owned(),
                     state: state_of(&s, monotonic_now()),
                 };
+                return (facts, watchdog);
             }
             Ok(Err(e)) => notes.push(format!("{}: {e}", route.name())),
             Err(_) => notes.push(format!("{}: no answer", route.name())),
         }
     }
-    UnitFacts {
+    let facts = UnitFacts {
         unit: unit.to_owned(),
         state: UnitState::Unknown(notes.join("; ")),
-    }
+    };
+    (facts, None)
 }
 
 /// CLOCK_MONOTONIC now (the clock of `ActiveEnterTimestampMonotonic`); None if unreadable.
@@ -166,6 +185,7 @@ mod tests {
             active_state: state.into(),
             active_since_us: since,
             main_pid: 7,
+            watchdog_usec: 0,
         };
         let now = Some(Duration::from_secs(100));
         assert_eq!(
