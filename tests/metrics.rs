@@ -319,8 +319,13 @@ fn node_exporter_and_prometheus_read_the_metrics_through_a_fault_and_a_repair() 
     assert_eq!(info[0]["metric"]["job"], "pleg-guard", "{info:?}");
     let actions = promql(&bed, "count(pleg_guard_actions_total)").unwrap();
     // every action with every outcome, counted from zero (a new rung adds its series)
-    let series = pleg_guard::target::ActionKind::ALL.len() * pleg_guard::ledger::Outcome::ALL.len();
-    assert_eq!(actions[0]["value"][1], series.to_string(), "{actions:?}");
+    let action_series =
+        pleg_guard::target::ActionKind::ALL.len() * pleg_guard::ledger::Outcome::ALL.len();
+    assert_eq!(
+        actions[0]["value"][1],
+        action_series.to_string(),
+        "{actions:?}"
+    );
     // OpenMetrics was negotiated and the counter arrived as a counter
     let meta = bed_get(
         &bed,

@@ -38,7 +38,9 @@ pub fn main(args: CheckConfigArgs) -> ExitCode {
 fn connect(config: &Config) -> ExitCode {
     let Some(settings) = FleetSettings::from_config(&config.fleet, config.etcd_request_timeout())
     else {
-        println!("[fleet]: not configured (no etcd_endpoints): nothing to connect to");
+        println!(
+            "[fleet]: not configured (no etcd_endpoints, or no kubeconfig with backend \"kubernetes\"): nothing to connect to"
+        );
         return ExitCode::SUCCESS;
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()
