@@ -2,8 +2,10 @@
 //! API server (issue 43).
 //!
 //! - [`names`]: the Leases' names and labels, and what makes a group, node or namespace fit
-//!   them (pure).
+//!   them (pure);
+//! - [`kubeconfig`]: the API server and identity, read from the kubeconfig.
 
+pub mod kubeconfig;
 pub mod names;
 
 use tokio::sync::{mpsc, watch};
