@@ -3,10 +3,14 @@
 //!
 //! - [`names`]: the Leases' names and labels, and what makes a group, node or namespace fit
 //!   them (pure);
-//! - [`kubeconfig`]: the API server and identity, read from the kubeconfig.
+//! - [`kubeconfig`]: the API server and identity, read from the kubeconfig;
+//! - [`types`]: the Lease, list and Status objects, and the client's errors by kind (pure);
+//! - [`client`]: the typed Lease client (hyper over tokio-rustls, one kept connection).
 
+pub mod client;
 pub mod kubeconfig;
 pub mod names;
+pub mod types;
 
 use tokio::sync::{mpsc, watch};
 
