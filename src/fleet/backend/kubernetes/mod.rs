@@ -5,11 +5,14 @@
 //!   them (pure);
 //! - [`kubeconfig`]: the API server and identity, read from the kubeconfig;
 //! - [`types`]: the Lease, list and Status objects, and the client's errors by kind (pure);
-//! - [`client`]: the typed Lease client (hyper over tokio-rustls, one kept connection).
+//! - [`client`]: the typed Lease client (hyper over tokio-rustls, one kept connection);
+//! - [`slots`]: the protocol core: which slot is free, which is ours, what write takes one
+//!   (pure).
 
 pub mod client;
 pub mod kubeconfig;
 pub mod names;
+pub mod slots;
 pub mod types;
 
 use tokio::sync::{mpsc, watch};
