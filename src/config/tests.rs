@@ -791,9 +791,9 @@ fn kubernetes_backend_keys_are_read() {
     }
 }
 
-/// Until the backend's task exists, asking for it is a clear error, not a panic.
+/// A kubeconfig that cannot be read is a clear error at start and at check, not a panic.
 #[test]
-fn kubernetes_backend_start_is_a_clear_error() {
+fn kubernetes_backend_without_its_kubeconfig_is_a_clear_error() {
     let c = parse("[fleet]\nbackend = \"kubernetes\"\nkubeconfig = \"/k\"\n").unwrap();
     let s = crate::fleet::FleetSettings::from_config(&c.fleet, Duration::from_secs(1)).unwrap();
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -802,7 +802,7 @@ fn kubernetes_backend_start_is_a_clear_error() {
         .unwrap();
     let e = rt.block_on(async { crate::fleet::Fleet::start(s.clone()).map(|_| ()) });
     assert!(
-        matches!(&e, Err(crate::fleet::FleetError::Config(m)) if m.contains("kubernetes")),
+        matches!(&e, Err(crate::fleet::FleetError::Config(m)) if m.contains("fleet.kubeconfig") && m.contains("/k")),
         "{e:?}"
     );
     let e = rt.block_on(crate::fleet::Fleet::check(&s));

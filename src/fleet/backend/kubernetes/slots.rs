@@ -34,7 +34,9 @@
 //! is held, and no slot is taken while the live holders fill the budget.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
+
+use tokio::time::Instant;
 
 use super::names;
 use super::types::{Lease, OwnerReference, micro_time};
