@@ -1,0 +1,547 @@
+//! Backend kubernetes (issue 43) against a real kube-apiserver on a real etcd, both on
+//! loopback (the binaries tests/k8s/ builds into /var/cache/pleg-guard-test/k8s-*/bin, or
+//! `PLEG_K8S_BIN`): RBAC on, token users from a token file (`admin` in system:masters,
+//! `pleg` with the Role the backend needs, `nobody` with none). No mock server.
+//!
+//! Skipped (printed) when the binaries, openssl or curl are missing; under CI=true that is a
+//! failure instead.
+
+use std::io::Read;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use pleg_guard::fleet::{Fleet, FleetError, FleetSettings, KubeTarget, SlotState, Urgency};
+use pleg_guard::target::ActionKind;
+
+const NS: &str = "pleg-guard";
+
+fn under_ci() -> bool {
+    matches!(
+        std::env::var("CI")
+            .unwrap_or_default()
+            .to_ascii_lowercase()
+            .as_str(),
+        "true" | "1" | "yes"
+    )
+}
+
+/// The folder holding `etcd` and `kube-apiserver`.
+fn k8s_bin() -> Option<PathBuf> {
+    if let Ok(p) = std::env::var("PLEG_K8S_BIN") {
+        return Some(PathBuf::from(p));
+    }
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir("/var/cache/pleg-guard-test")
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path().join("bin")))
+        .filter(|p| {
+            p.parent()
+                .and_then(Path::file_name)
+                .is_some_and(|n| n.to_string_lossy().starts_with("k8s-"))
+                && p.join("etcd").is_file()
+                && p.join("kube-apiserver").is_file()
+        })
+        .collect();
+    dirs.sort();
+    dirs.pop()
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// etcd and kube-apiserver, killed on drop.
+struct Api {
+    dir: PathBuf,
+    port: u16,
+    children: Vec<Child>,
+}
+
+impl Drop for Api {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn spawn(dir: &Path, log: &str, program: &Path, args: &[String]) -> Result<Child, String> {
+    let out = std::fs::File::create(dir.join(log)).map_err(|e| e.to_string())?;
+    let err = out.try_clone().map_err(|e| e.to_string())?;
+    let mut cmd = if Path::new("/usr/bin/setpriv").exists() {
+        let mut c = Command::new("/usr/bin/setpriv");
+        c.args(["--pdeathsig", "KILL", "--"]).arg(program);
+        c
+    } else {
+        Command::new(program)
+    };
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .spawn()
+        .map_err(|e| format!("{}: {e}", program.display()))
+}
+
+impl Api {
+    fn start() -> Result<Api, String> {
+        let bin = k8s_bin().ok_or("no kube-apiserver and etcd (tests/k8s/build-v134.sh)")?;
+        for tool in ["openssl", "curl"] {
+            if Command::new(tool).arg("--version").output().is_err() {
+                return Err(format!("no {tool}"));
+            }
+        }
+        let dir = std::env::temp_dir().join(format!(
+            "pleg-guard-kapi-{}-{}",
+            std::process::id(),
+            free_port()
+        ));
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        let mut api = Api {
+            dir: dir.clone(),
+            port: free_port(),
+            children: Vec::new(),
+        };
+        let o = Command::new("openssl")
+            .args(["genrsa", "-out"])
+            .arg(dir.join("sa.key"))
+            .arg("2048")
+            .output()
+            .map_err(|e| e.to_string())?;
+        if !o.status.success() {
+            return Err("openssl genrsa failed".to_owned());
+        }
+        std::fs::write(
+            dir.join("tokens.csv"),
+            "admintoken,admin,admin,system:masters\nplegtoken,pleg,pleg\nnobodytoken,nobody,nobody\n",
+        )
+        .map_err(|e| e.to_string())?;
+        let (client, peer) = (free_port(), free_port());
+        let d = |p: &str| dir.join(p).display().to_string();
+        api.children.push(spawn(
+            &dir,
+            "etcd.log",
+            &bin.join("etcd"),
+            &[
+                format!("--data-dir={}", d("etcd")),
+                format!("--listen-client-urls=http://127.0.0.1:{client}"),
+                format!("--advertise-client-urls=http://127.0.0.1:{client}"),
+                format!("--listen-peer-urls=http://127.0.0.1:{peer}"),
+                format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer}"),
+                format!("--initial-cluster=default=http://127.0.0.1:{peer}"),
+                "--log-level=warn".to_owned(),
+            ],
+        )?);
+        api.children.push(spawn(
+            &dir,
+            "apiserver.log",
+            &bin.join("kube-apiserver"),
+            &[
+                format!("--etcd-servers=http://127.0.0.1:{client}"),
+                "--bind-address=127.0.0.1".to_owned(),
+                "--advertise-address=127.0.0.1".to_owned(),
+                format!("--secure-port={}", api.port),
+                format!("--cert-dir={}", d("certs")),
+                format!("--token-auth-file={}", d("tokens.csv")),
+                "--authorization-mode=RBAC".to_owned(),
+                "--disable-admission-plugins=ServiceAccount".to_owned(),
+                "--service-cluster-ip-range=10.96.0.0/24".to_owned(),
+                "--service-account-issuer=https://kubernetes.default.svc".to_owned(),
+                format!("--service-account-key-file={}", d("sa.key")),
+                format!("--service-account-signing-key-file={}", d("sa.key")),
+            ],
+        )?);
+        let deadline = Instant::now() + Duration::from_secs(90);
+        while api.curl("GET", "/readyz", None).as_deref() != Ok("ok") {
+            if Instant::now() > deadline {
+                let mut log = String::new();
+                let _ = std::fs::File::open(dir.join("apiserver.log"))
+                    .and_then(|mut f| f.read_to_string(&mut log));
+                return Err(format!("kube-apiserver not ready: {log}"));
+            }
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        api.setup()?;
+        Ok(api)
+    }
+
+    /// `curl` as admin: the body of the answer.
+    fn curl(&self, method: &str, path: &str, body: Option<&str>) -> Result<String, String> {
+        let mut c = Command::new("curl");
+        c.args(["-sSk", "--max-time", "10", "-X", method])
+            .args(["-H", "Authorization: Bearer admintoken"])
+            .args(["-H", "Content-Type: application/json"])
+            .arg(format!("https://127.0.0.1:{}{path}", self.port));
+        if let Some(b) = body {
+            c.args(["--data", b]);
+        }
+        let o = c.output().map_err(|e| e.to_string())?;
+        if !o.status.success() {
+            return Err(String::from_utf8_lossy(&o.stderr).into_owned());
+        }
+        Ok(String::from_utf8_lossy(&o.stdout).into_owned())
+    }
+
+    fn post(&self, path: &str, body: serde_json::Value) {
+        let answer = self.curl("POST", path, Some(&body.to_string())).unwrap();
+        assert!(!answer.contains("\"Failure\""), "{path}: {answer}");
+    }
+
+    /// The namespace, and the Role the backend needs bound to `pleg` (leases only: a count
+    /// budget with the storm guard off reads no Node... and no Node exists here anyway).
+    fn setup(&self) -> Result<(), String> {
+        self.post(
+            "/api/v1/namespaces",
+            serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}),
+        );
+        self.post(
+            &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{NS}/roles"),
+            serde_json::json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                "metadata": {"name": "pleg-guard"},
+                "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                           "verbs": ["get", "list", "create", "update", "delete"]}]
+            }),
+        );
+        self.post(
+            &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{NS}/rolebindings"),
+            serde_json::json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                "metadata": {"name": "pleg-guard"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pleg-guard"},
+                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "pleg"}]
+            }),
+        );
+        Ok(())
+    }
+
+    /// A kubeconfig for `token`'s user (0600, as the daemon expects).
+    fn kubeconfig(&self, token: &str) -> PathBuf {
+        let path = self.dir.join(format!("{token}.kubeconfig"));
+        if path.exists() {
+            // written once: members starting meanwhile read it
+            return path;
+        }
+        let part = self.dir.join(format!("{token}.kubeconfig.part"));
+        std::fs::write(
+            &part,
+            format!(
+                "apiVersion: v1\nkind: Config\ncurrent-context: t\ncontexts:\n- name: t\n  context: {{cluster: t, user: u}}\nclusters:\n- name: t\n  cluster:\n    server: https://127.0.0.1:{}\n    certificate-authority: certs/apiserver.crt\nusers:\n- name: u\n  user:\n    token: {token}\n",
+                self.port
+            ),
+        )
+        .unwrap();
+        std::fs::rename(&part, &path).unwrap();
+        path
+    }
+
+    /// The slot Leases of `group` and their holders, as the API server has them.
+    fn holders(&self, group: &str) -> Vec<(String, String)> {
+        let body = self
+            .curl(
+                "GET",
+                &format!(
+                    "/apis/coordination.k8s.io/v1/namespaces/{NS}/leases?labelSelector=pleg-guard.io%2Fgroup%3D{group}"
+                ),
+                None,
+            )
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let mut out: Vec<(String, String)> = v["items"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|l| {
+                let name = l["metadata"]["name"].as_str()?.to_owned();
+                let holder = l["spec"]["holderIdentity"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_owned();
+                (name.contains("-slot-") && !holder.is_empty()).then_some((name, holder))
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    fn lease(&self, name: &str) -> Option<serde_json::Value> {
+        let body = self
+            .curl(
+                "GET",
+                &format!("/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/{name}"),
+                None,
+            )
+            .ok()?;
+        let v: serde_json::Value = serde_json::from_str(&body).ok()?;
+        (v["kind"] == "Lease").then_some(v)
+    }
+}
+
+fn require_api() -> Option<Api> {
+    match Api::start() {
+        Ok(a) => Some(a),
+        Err(e) if !under_ci() => {
+            println!("SKIPPED: {e}");
+            None
+        }
+        Err(e) => panic!("kube-apiserver: {e}"),
+    }
+}
+
+fn settings(api: &Api, token: &str, group: &str, node: &str, max: &str, ttl: u64) -> FleetSettings {
+    FleetSettings {
+        endpoints: Vec::new(),
+        group: group.to_owned(),
+        prefix: "/pleg-guard".to_owned(),
+        node: node.to_owned(),
+        max_disruptive: max.parse().unwrap(),
+        lease_ttl: Duration::from_secs(ttl),
+        request_timeout: Duration::from_secs(5),
+        tls: None,
+        auth: None,
+        max_unhealthy: pleg_guard::fleet::storm::MaxUnhealthy::Off,
+        storm_exempt: Vec::new(),
+        kubernetes: Some(KubeTarget {
+            kubeconfig: api.kubeconfig(token),
+            namespace: NS.to_owned(),
+        }),
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// One API server for the whole file's tests would be cheaper; each test starts its own so
+/// they stay independent (about 5 s each).
+#[test]
+fn leases_on_a_real_api_server() {
+    let Some(api) = require_api() else {
+        return;
+    };
+    contention_never_exceeds_the_budget(&api);
+    a_restarted_holder_finds_its_slot_and_a_dead_one_frees_it(&api);
+    findings_keep_a_lease_while_they_last(&api);
+    rbac_refusals_name_the_verb_and_resource(&api);
+}
+
+/// Eight members, budget 2: every one is granted in the end, never more than 2 at once by
+/// their own account, and the API server never shows more than 2 slot holders.
+fn contention_never_exceeds_the_budget(api: &Api) {
+    let rt = runtime();
+    let holding = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let granted = Arc::new(AtomicUsize::new(0));
+    rt.block_on(async {
+        let mut tasks = Vec::new();
+        for i in 0..8 {
+            let s = settings(api, "plegtoken", "busy", &format!("node-{i}"), "2", 10);
+            let (holding, most, granted) = (holding.clone(), most.clone(), granted.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut fleet = Fleet::start(s).expect("start");
+                fleet.request(ActionKind::DaemonReexec, Urgency::Emergency);
+                assert!(
+                    fleet.wait_granted(Duration::from_secs(90)).await,
+                    "node-{i}: {:?} {:?}",
+                    fleet.state(),
+                    fleet.view()
+                );
+                let now = holding.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                granted.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(400)).await;
+                holding.fetch_sub(1, Ordering::SeqCst);
+                fleet.release();
+                fleet.shutdown().await;
+            }));
+        }
+        let watcher = {
+            let deadline = Instant::now() + Duration::from_secs(120);
+            let mut seen_most = 0;
+            while granted.load(Ordering::SeqCst) < 8 && Instant::now() < deadline {
+                let h = api.holders("busy");
+                seen_most = seen_most.max(h.len());
+                assert!(h.len() <= 2, "the API server shows {h:?}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            seen_most
+        };
+        for t in tasks {
+            t.await.expect("member");
+        }
+        assert!(watcher >= 1, "a holder was seen on the server");
+    });
+    assert_eq!(granted.load(Ordering::SeqCst), 8);
+    assert!(most.load(Ordering::SeqCst) <= 2, "{most:?}");
+    assert!(
+        api.holders("busy").is_empty(),
+        "all released: {:?}",
+        api.holders("busy")
+    );
+}
+
+/// A holder whose process is gone without a release: the same node started again finds its
+/// slot at once (holderIdentity); a different node gets it only once it stayed unchanged for
+/// lease_ttl on that node's own clock.
+fn a_restarted_holder_finds_its_slot_and_a_dead_one_frees_it(api: &Api) {
+    let ttl = 5;
+    {
+        let rt = runtime();
+        rt.block_on(async {
+            let mut a =
+                Fleet::start(settings(api, "plegtoken", "solo", "node-a", "1", ttl)).unwrap();
+            a.request(ActionKind::DaemonReexec, Urgency::Emergency);
+            assert!(
+                a.wait_granted(Duration::from_secs(20)).await,
+                "{:?}",
+                a.state()
+            );
+            std::mem::forget(a);
+        });
+        // the runtime goes with its tasks: no release, no goodbye (as a SIGKILL)
+        rt.shutdown_background();
+    }
+    assert_eq!(
+        api.holders("solo"),
+        vec![("solo-slot-0".to_owned(), "node-a".to_owned())]
+    );
+    let rt = runtime();
+    rt.block_on(async {
+        let mut again =
+            Fleet::start(settings(api, "plegtoken", "solo", "node-a", "1", ttl)).unwrap();
+        let t = Instant::now();
+        again.request(ActionKind::DaemonReexec, Urgency::Emergency);
+        assert!(
+            again.wait_granted(Duration::from_secs(3)).await,
+            "{:?}",
+            again.state()
+        );
+        assert!(
+            t.elapsed() < Duration::from_secs(3),
+            "found again, not waited for"
+        );
+        // now it dies for good
+        std::mem::forget(again);
+    });
+    rt.shutdown_background();
+    let rt = runtime();
+    rt.block_on(async {
+        let mut b = Fleet::start(settings(api, "plegtoken", "solo", "node-b", "1", ttl)).unwrap();
+        let t = Instant::now();
+        b.request(ActionKind::DaemonReexec, Urgency::Emergency);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert!(
+            matches!(
+                b.state(),
+                SlotState::Waiting {
+                    holders: 1,
+                    max: 1,
+                    ..
+                }
+            ),
+            "{:?}",
+            b.state()
+        );
+        assert!(
+            b.wait_granted(Duration::from_secs(30)).await,
+            "{:?}",
+            b.state()
+        );
+        let waited = t.elapsed();
+        assert!(
+            waited >= Duration::from_secs(ttl),
+            "taken over after {waited:?}, before lease_ttl on its own clock"
+        );
+        assert_eq!(
+            api.holders("solo"),
+            vec![("solo-slot-0".to_owned(), "node-b".to_owned())]
+        );
+        b.release();
+        b.shutdown().await;
+    });
+    assert!(api.holders("solo").is_empty());
+}
+
+/// A member's findings keep `<group>-finding-<node>` with the annotation; none: deleted.
+fn findings_keep_a_lease_while_they_last(api: &Api) {
+    let rt = runtime();
+    rt.block_on(async {
+        let fleet = Fleet::start(settings(api, "plegtoken", "sick", "node-f", "1", 10)).unwrap();
+        fleet.set_findings(vec![
+            "kubelet-pleg-unhealthy".to_owned(),
+            "containerd-unresponsive".to_owned(),
+        ]);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let lease = loop {
+            if let Some(l) = api.lease("sick-finding-node-f") {
+                break l;
+            }
+            assert!(Instant::now() < deadline, "no finding Lease");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        assert_eq!(lease["spec"]["holderIdentity"], "node-f");
+        assert_eq!(lease["metadata"]["labels"]["pleg-guard.io/group"], "sick");
+        assert_eq!(
+            lease["metadata"]["annotations"]["pleg-guard.io/findings"],
+            "kubelet-pleg-unhealthy,containerd-unresponsive"
+        );
+        fleet.set_findings(Vec::new());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while api.lease("sick-finding-node-f").is_some() {
+            assert!(Instant::now() < deadline, "the finding Lease stayed");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        fleet.shutdown().await;
+    });
+}
+
+/// An identity without the Role: check-config's check and the state name the verb and the
+/// resource refused; with the Role the check passes.
+fn rbac_refusals_name_the_verb_and_resource(api: &Api) {
+    let rt = runtime();
+    rt.block_on(async {
+        let ok = Fleet::check(&settings(api, "plegtoken", "rbac", "node-r", "1", 10)).await;
+        assert!(ok.is_ok(), "{ok:?}");
+        let e = Fleet::check(&settings(api, "nobodytoken", "rbac", "node-r", "1", 10))
+            .await
+            .unwrap_err();
+        match &e {
+            FleetError::Auth(m) => assert!(
+                m.contains("list leases.coordination.k8s.io in namespace \"pleg-guard\"")
+                    && m.contains("grant the verb \"list\""),
+                "{m}"
+            ),
+            other => panic!("{other:?}"),
+        }
+        let e = Fleet::check(&settings(api, "wrongtoken", "rbac", "node-r", "1", 10))
+            .await
+            .unwrap_err();
+        assert!(matches!(e, FleetError::Auth(_)), "{e:?}");
+        let mut fleet =
+            Fleet::start(settings(api, "nobodytoken", "rbac", "node-r", "1", 10)).unwrap();
+        fleet.request(ActionKind::DaemonReexec, Urgency::Emergency);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let SlotState::Rejected { error } = fleet.state() {
+                assert!(error.contains("list leases"), "{error}");
+                break;
+            }
+            assert!(Instant::now() < deadline, "{:?}", fleet.state());
+            let _ = tokio::time::timeout(Duration::from_millis(500), fleet.changed()).await;
+        }
+        fleet.shutdown().await;
+    });
+}
