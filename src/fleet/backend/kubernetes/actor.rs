@@ -41,6 +41,9 @@ pub const PLANNED_RECHECK: Duration = Duration::from_secs(15);
 pub const MEMBERS_FRESH_FOR: Duration = Duration::from_secs(300);
 /// The longest pause before a failed call is tried again.
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
+/// A grant stops counting this long before its tenure ends (the hosts' clocks may run at
+/// slightly different rates; lease_ttl is at least 5 s).
+const TENURE_MARGIN: Duration = Duration::from_secs(1);
 /// Takes tried in one step (each refused one brings a fresh read).
 const TAKE_ATTEMPTS: usize = 3;
 
@@ -190,11 +193,15 @@ impl Actor {
 
     /// When the loop must run again without a command (None: never; idle).
     fn next_wake(&self) -> Option<Instant> {
+        // a tenure ends on time, also while calls fail and wait for their retry
+        let deadline = self
+            .granted
+            .as_ref()
+            .map(|g| g.tenure.deadline() - TENURE_MARGIN);
         if let Some(at) = self.retry_at {
-            return Some(at);
+            return Some(deadline.map_or(at, |d| d.min(at)));
         }
         let renew = self.granted.as_ref().map(|g| g.tenure.renew_at());
-        let deadline = self.granted.as_ref().map(|g| g.tenure.deadline());
         let recheck = self.recheck_at.filter(|_| self.granted.is_none());
         let due = (!self.to_release.is_empty() || self.health_wanted).then(Instant::now);
         [renew, deadline, recheck, self.findings_due, due]
@@ -252,7 +259,7 @@ impl Actor {
         if self
             .granted
             .as_ref()
-            .is_some_and(|g| !g.tenure.valid(now, Duration::ZERO))
+            .is_some_and(|g| !g.tenure.valid(now, TENURE_MARGIN))
         {
             self.granted = None;
             self.expired += 1;
