@@ -1,7 +1,9 @@
 //! Backend kubernetes (issue 43) against a real kube-apiserver on a real etcd, both on
 //! loopback (the binaries tests/k8s/ builds into /var/cache/pleg-guard-test/k8s-*/bin, or
-//! `PLEG_K8S_BIN`): RBAC on, token users from a token file (`admin` in system:masters,
-//! `pleg` with the Role the backend needs, `nobody` with none). No mock server.
+//! `PLEG_K8S_BIN`), with RBAC on and the garbage collector of kube-controller-manager: the
+//! manifests of packaging/kubernetes/ applied as shipped, pleg-guard's identity a token of
+//! the shipped ServiceAccount (TokenRequest) read from a tokenFile; `admin` (system:masters)
+//! and `nobody` (no RBAC) are token-file users. No mock server.
 //!
 //! Skipped (printed) when the binaries, openssl or curl are missing; under CI=true that is a
 //! failure instead.
@@ -61,6 +63,8 @@ struct Api {
     dir: PathBuf,
     port: u16,
     children: Vec<Child>,
+    /// The garbage collector runs (kube-controller-manager was found).
+    gc: bool,
 }
 
 impl Drop for Api {
@@ -109,6 +113,7 @@ impl Api {
             dir: dir.clone(),
             port: free_port(),
             children: Vec::new(),
+            gc: false,
         };
         let o = Command::new("openssl")
             .args(["genrsa", "-out"])
@@ -121,7 +126,7 @@ impl Api {
         }
         std::fs::write(
             dir.join("tokens.csv"),
-            "admintoken,admin,admin,system:masters\nplegtoken,pleg,pleg\nnobodytoken,nobody,nobody\n",
+            "admintoken,admin,admin,system:masters\nnobodytoken,nobody,nobody\n",
         )
         .map_err(|e| e.to_string())?;
         let (client, peer) = (free_port(), free_port());
@@ -170,18 +175,50 @@ impl Api {
             std::thread::sleep(Duration::from_millis(300));
         }
         api.setup()?;
+        let kcm = bin.join("kube-controller-manager");
+        if kcm.is_file() {
+            let admin = dir.join("admin.kubeconfig");
+            std::fs::write(
+                &admin,
+                format!(
+                    "apiVersion: v1\nkind: Config\ncurrent-context: t\ncontexts:\n- name: t\n  context: {{cluster: t, user: u}}\nclusters:\n- name: t\n  cluster:\n    server: https://127.0.0.1:{}\n    certificate-authority: certs/apiserver.crt\nusers:\n- name: u\n  user:\n    token: admintoken\n",
+                    api.port
+                ),
+            )
+            .map_err(|e| e.to_string())?;
+            api.children.push(spawn(
+                &dir,
+                "controller-manager.log",
+                &kcm,
+                &[
+                    format!("--kubeconfig={}", admin.display()),
+                    "--controllers=garbage-collector-controller".to_owned(),
+                    "--leader-elect=false".to_owned(),
+                    "--secure-port=0".to_owned(),
+                ],
+            )?);
+            api.gc = true;
+        }
         Ok(api)
     }
 
-    /// `curl` as admin: the body of the answer.
-    fn curl(&self, method: &str, path: &str, body: Option<&str>) -> Result<String, String> {
+    /// `curl` as admin: the body of the answer (`body` JSON, or YAML when `yaml`).
+    fn curl_as(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+        yaml: bool,
+    ) -> Result<String, String> {
         let mut c = Command::new("curl");
+        let kind = if yaml { "yaml" } else { "json" };
         c.args(["-sSk", "--max-time", "10", "-X", method])
             .args(["-H", "Authorization: Bearer admintoken"])
-            .args(["-H", "Content-Type: application/json"])
+            .arg("-H")
+            .arg(format!("Content-Type: application/{kind}"))
             .arg(format!("https://127.0.0.1:{}{path}", self.port));
         if let Some(b) = body {
-            c.args(["--data", b]);
+            c.args(["--data-binary", b]);
         }
         let o = c.output().map_err(|e| e.to_string())?;
         if !o.status.success() {
@@ -190,51 +227,92 @@ impl Api {
         Ok(String::from_utf8_lossy(&o.stdout).into_owned())
     }
 
-    fn post(&self, path: &str, body: serde_json::Value) {
-        let answer = self.curl("POST", path, Some(&body.to_string())).unwrap();
-        assert!(!answer.contains("\"Failure\""), "{path}: {answer}");
+    fn curl(&self, method: &str, path: &str, body: Option<&str>) -> Result<String, String> {
+        self.curl_as(method, path, body, false)
     }
 
-    /// The namespace, and the Role the backend needs bound to `pleg` (leases only: a count
-    /// budget with the storm guard off reads no Node... and no Node exists here anyway).
+    fn post(&self, path: &str, body: serde_json::Value) -> serde_json::Value {
+        let answer = self.curl("POST", path, Some(&body.to_string())).unwrap();
+        assert!(!answer.contains("\"Failure\""), "{path}: {answer}");
+        serde_json::from_str(&answer).unwrap()
+    }
+
+    /// Create every object of a shipped manifest (packaging/kubernetes/), as an operator's
+    /// `kubectl apply` would: the API server validates each.
+    fn apply(&self, file: &str) {
+        let text = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("packaging/kubernetes")
+                .join(file),
+        )
+        .unwrap();
+        for doc in text.split("\n---\n") {
+            let kind = doc
+                .lines()
+                .find_map(|l| l.strip_prefix("kind: "))
+                .unwrap_or_else(|| panic!("{file}: no kind in {doc}"));
+            let path = match kind {
+                "Namespace" => "/api/v1/namespaces".to_owned(),
+                "ServiceAccount" => format!("/api/v1/namespaces/{NS}/serviceaccounts"),
+                "Role" | "RoleBinding" => format!(
+                    "/apis/rbac.authorization.k8s.io/v1/namespaces/{NS}/{}s",
+                    kind.to_ascii_lowercase()
+                ),
+                "ClusterRole" | "ClusterRoleBinding" => format!(
+                    "/apis/rbac.authorization.k8s.io/v1/{}s",
+                    kind.to_ascii_lowercase()
+                ),
+                "PriorityLevelConfiguration" | "FlowSchema" => format!(
+                    "/apis/flowcontrol.apiserver.k8s.io/v1/{}s",
+                    kind.to_ascii_lowercase()
+                ),
+                "DaemonSet" => format!("/apis/apps/v1/namespaces/{NS}/daemonsets"),
+                other => panic!("{file}: kind {other} not known to this test"),
+            };
+            let answer = self.curl_as("POST", &path, Some(doc), true).unwrap();
+            assert!(!answer.contains("\"Failure\""), "{file} {kind}: {answer}");
+        }
+    }
+
+    /// The shipped manifests, and a token of the shipped ServiceAccount (TokenRequest), in
+    /// the file the kubeconfig of `pleg` names (`tokenFile`).
     fn setup(&self) -> Result<(), String> {
-        self.post(
-            "/api/v1/namespaces",
-            serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}),
-        );
-        self.post(
-            &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{NS}/roles"),
+        self.apply("rbac.yaml");
+        self.apply("flowcontrol.yaml");
+        self.apply("token-writer.yaml");
+        let answer = self.post(
+            &format!("/api/v1/namespaces/{NS}/serviceaccounts/pleg-guard/token"),
             serde_json::json!({
-                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-                "metadata": {"name": "pleg-guard"},
-                "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
-                           "verbs": ["get", "list", "create", "update", "delete"]}]
+                "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                "spec": {"expirationSeconds": 3600}
             }),
         );
-        self.post(
-            &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{NS}/rolebindings"),
-            serde_json::json!({
-                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-                "metadata": {"name": "pleg-guard"},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pleg-guard"},
-                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "pleg"}]
-            }),
-        );
+        let token = answer["status"]["token"]
+            .as_str()
+            .ok_or_else(|| format!("no token: {answer}"))?;
+        std::fs::write(self.dir.join("sa-token"), format!("{token}\n"))
+            .map_err(|e| e.to_string())?;
         Ok(())
     }
 
-    /// A kubeconfig for `token`'s user (0600, as the daemon expects).
-    fn kubeconfig(&self, token: &str) -> PathBuf {
-        let path = self.dir.join(format!("{token}.kubeconfig"));
+    /// A kubeconfig for `who`: `pleg` (the shipped ServiceAccount, by tokenFile), `nobody`
+    /// (a user without RBAC), `wrong` (a token the server does not know).
+    fn kubeconfig(&self, who: &str) -> PathBuf {
+        let path = self.dir.join(format!("{who}.kubeconfig"));
         if path.exists() {
             // written once: members starting meanwhile read it
             return path;
         }
-        let part = self.dir.join(format!("{token}.kubeconfig.part"));
+        let user = match who {
+            "pleg" => "tokenFile: sa-token".to_owned(),
+            "nobody" => "token: nobodytoken".to_owned(),
+            _ => "token: wrongtoken".to_owned(),
+        };
+        let part = self.dir.join(format!("{who}.kubeconfig.part"));
         std::fs::write(
             &part,
             format!(
-                "apiVersion: v1\nkind: Config\ncurrent-context: t\ncontexts:\n- name: t\n  context: {{cluster: t, user: u}}\nclusters:\n- name: t\n  cluster:\n    server: https://127.0.0.1:{}\n    certificate-authority: certs/apiserver.crt\nusers:\n- name: u\n  user:\n    token: {token}\n",
+                "apiVersion: v1\nkind: Config\ncurrent-context: t\ncontexts:\n- name: t\n  context: {{cluster: t, user: u}}\nclusters:\n- name: t\n  cluster:\n    server: https://127.0.0.1:{}\n    certificate-authority: certs/apiserver.crt\nusers:\n- name: u\n  user:\n    {user}\n",
                 self.port
             ),
         )
@@ -335,6 +413,11 @@ fn leases_on_a_real_api_server() {
     contention_never_exceeds_the_budget(&api);
     a_restarted_holder_finds_its_slot_and_a_dead_one_frees_it(&api);
     findings_keep_a_lease_while_they_last(&api);
+    if api.gc {
+        a_deleted_node_takes_its_leases_along(&api);
+    } else {
+        println!("SKIPPED: a deleted Node's Leases (no kube-controller-manager)");
+    }
     rbac_refusals_name_the_verb_and_resource(&api);
 }
 
@@ -348,7 +431,7 @@ fn contention_never_exceeds_the_budget(api: &Api) {
     rt.block_on(async {
         let mut tasks = Vec::new();
         for i in 0..8 {
-            let s = settings(api, "plegtoken", "busy", &format!("node-{i}"), "2", 10);
+            let s = settings(api, "pleg", "busy", &format!("node-{i}"), "2", 10);
             let (holding, most, granted) = (holding.clone(), most.clone(), granted.clone());
             tasks.push(tokio::spawn(async move {
                 let mut fleet = Fleet::start(s).expect("start");
@@ -401,8 +484,7 @@ fn a_restarted_holder_finds_its_slot_and_a_dead_one_frees_it(api: &Api) {
     {
         let rt = runtime();
         rt.block_on(async {
-            let mut a =
-                Fleet::start(settings(api, "plegtoken", "solo", "node-a", "1", ttl)).unwrap();
+            let mut a = Fleet::start(settings(api, "pleg", "solo", "node-a", "1", ttl)).unwrap();
             a.request(ActionKind::DaemonReexec, Urgency::Emergency);
             assert!(
                 a.wait_granted(Duration::from_secs(20)).await,
@@ -420,8 +502,7 @@ fn a_restarted_holder_finds_its_slot_and_a_dead_one_frees_it(api: &Api) {
     );
     let rt = runtime();
     rt.block_on(async {
-        let mut again =
-            Fleet::start(settings(api, "plegtoken", "solo", "node-a", "1", ttl)).unwrap();
+        let mut again = Fleet::start(settings(api, "pleg", "solo", "node-a", "1", ttl)).unwrap();
         let t = Instant::now();
         again.request(ActionKind::DaemonReexec, Urgency::Emergency);
         assert!(
@@ -439,7 +520,7 @@ fn a_restarted_holder_finds_its_slot_and_a_dead_one_frees_it(api: &Api) {
     rt.shutdown_background();
     let rt = runtime();
     rt.block_on(async {
-        let mut b = Fleet::start(settings(api, "plegtoken", "solo", "node-b", "1", ttl)).unwrap();
+        let mut b = Fleet::start(settings(api, "pleg", "solo", "node-b", "1", ttl)).unwrap();
         let t = Instant::now();
         b.request(ActionKind::DaemonReexec, Urgency::Emergency);
         tokio::time::sleep(Duration::from_secs(2)).await;
@@ -479,7 +560,7 @@ fn a_restarted_holder_finds_its_slot_and_a_dead_one_frees_it(api: &Api) {
 fn findings_keep_a_lease_while_they_last(api: &Api) {
     let rt = runtime();
     rt.block_on(async {
-        let fleet = Fleet::start(settings(api, "plegtoken", "sick", "node-f", "1", 10)).unwrap();
+        let fleet = Fleet::start(settings(api, "pleg", "sick", "node-f", "1", 10)).unwrap();
         fleet.set_findings(vec![
             "kubelet-pleg-unhealthy".to_owned(),
             "containerd-unresponsive".to_owned(),
@@ -513,9 +594,9 @@ fn findings_keep_a_lease_while_they_last(api: &Api) {
 fn rbac_refusals_name_the_verb_and_resource(api: &Api) {
     let rt = runtime();
     rt.block_on(async {
-        let ok = Fleet::check(&settings(api, "plegtoken", "rbac", "node-r", "1", 10)).await;
+        let ok = Fleet::check(&settings(api, "pleg", "rbac", "node-r", "1", 10)).await;
         assert!(ok.is_ok(), "{ok:?}");
-        let e = Fleet::check(&settings(api, "nobodytoken", "rbac", "node-r", "1", 10))
+        let e = Fleet::check(&settings(api, "nobody", "rbac", "node-r", "1", 10))
             .await
             .unwrap_err();
         match &e {
@@ -526,12 +607,11 @@ fn rbac_refusals_name_the_verb_and_resource(api: &Api) {
             ),
             other => panic!("{other:?}"),
         }
-        let e = Fleet::check(&settings(api, "wrongtoken", "rbac", "node-r", "1", 10))
+        let e = Fleet::check(&settings(api, "wrong", "rbac", "node-r", "1", 10))
             .await
             .unwrap_err();
         assert!(matches!(e, FleetError::Auth(_)), "{e:?}");
-        let mut fleet =
-            Fleet::start(settings(api, "nobodytoken", "rbac", "node-r", "1", 10)).unwrap();
+        let mut fleet = Fleet::start(settings(api, "nobody", "rbac", "node-r", "1", 10)).unwrap();
         fleet.request(ActionKind::DaemonReexec, Urgency::Emergency);
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
@@ -543,5 +623,65 @@ fn rbac_refusals_name_the_verb_and_resource(api: &Api) {
             let _ = tokio::time::timeout(Duration::from_millis(500), fleet.changed()).await;
         }
         fleet.shutdown().await;
+    });
+}
+
+/// A holder's Leases name its Node as owner: the Node deleted, the garbage collector deletes
+/// them, the slot is free at once for another node, and the holder counts its grant lost.
+fn a_deleted_node_takes_its_leases_along(api: &Api) {
+    let node = api.post(
+        "/api/v1/nodes",
+        serde_json::json!({"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": "node-g", "labels": {"pleg-guard.io/group": "gone"}}}),
+    );
+    let uid = node["metadata"]["uid"].as_str().unwrap().to_owned();
+    let rt = runtime();
+    rt.block_on(async {
+        let mut g = Fleet::start(settings(api, "pleg", "gone", "node-g", "1", 10)).unwrap();
+        g.set_findings(vec!["kubelet-pleg-unhealthy".to_owned()]);
+        g.request(ActionKind::RestartKubelet, Urgency::Emergency);
+        assert!(
+            g.wait_granted(Duration::from_secs(20)).await,
+            "{:?}",
+            g.state()
+        );
+        let slot = api.lease("gone-slot-0").expect("slot Lease");
+        assert_eq!(slot["metadata"]["ownerReferences"][0]["uid"], uid.as_str());
+        assert_eq!(slot["metadata"]["ownerReferences"][0]["kind"], "Node");
+        assert_eq!(
+            slot["metadata"]["annotations"]["pleg-guard.io/action"],
+            "restart-kubelet"
+        );
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while api.lease("gone-finding-node-g").is_none() {
+            assert!(Instant::now() < deadline, "no finding Lease");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        api.curl("DELETE", "/api/v1/nodes/node-g", None).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while api.lease("gone-slot-0").is_some() || api.lease("gone-finding-node-g").is_some() {
+            assert!(
+                Instant::now() < deadline,
+                "the garbage collector left the Leases"
+            );
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        let mut h = Fleet::start(settings(api, "pleg", "gone", "node-h", "1", 10)).unwrap();
+        h.request(ActionKind::RestartKubelet, Urgency::Emergency);
+        assert!(
+            h.wait_granted(Duration::from_secs(10)).await,
+            "{:?}",
+            h.state()
+        );
+        // node-g's next renewal finds its slot gone (or taken): its grant is lost
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while matches!(g.state(), SlotState::Granted { .. }) {
+            assert!(Instant::now() < deadline, "node-g still granted");
+            let _ = tokio::time::timeout(Duration::from_millis(500), g.changed()).await;
+        }
+        assert!(g.view().expired >= 1, "{:?}", g.view());
+        h.release();
+        h.shutdown().await;
+        g.shutdown().await;
     });
 }
