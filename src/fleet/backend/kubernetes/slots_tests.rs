@@ -1,3 +1,6 @@
+//! The slot protocol's unit tests: reads, clocks and writes by hand, and a property test over
+//! random reads and clock steps.
+
 use super::*;
 
 const TTL: Duration = Duration::from_secs(60);
