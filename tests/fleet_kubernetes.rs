@@ -65,11 +65,19 @@ struct Api {
     children: Vec<Child>,
     /// The garbage collector runs (kube-controller-manager was found).
     gc: bool,
+    /// kube-apiserver and its arguments (to start it again).
+    apiserver: (PathBuf, Vec<String>),
+    /// The running kube-apiserver.
+    apiserver_child: Option<Child>,
 }
 
 impl Drop for Api {
     fn drop(&mut self) {
-        for c in &mut self.children {
+        for c in self
+            .children
+            .iter_mut()
+            .chain(self.apiserver_child.as_mut())
+        {
             let _ = c.kill();
             let _ = c.wait();
         }
@@ -78,7 +86,11 @@ impl Drop for Api {
 }
 
 fn spawn(dir: &Path, log: &str, program: &Path, args: &[String]) -> Result<Child, String> {
-    let out = std::fs::File::create(dir.join(log)).map_err(|e| e.to_string())?;
+    let out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join(log))
+        .map_err(|e| e.to_string())?;
     let err = out.try_clone().map_err(|e| e.to_string())?;
     let mut cmd = if Path::new("/usr/bin/setpriv").exists() {
         let mut c = Command::new("/usr/bin/setpriv");
@@ -114,6 +126,8 @@ impl Api {
             port: free_port(),
             children: Vec::new(),
             gc: false,
+            apiserver: (PathBuf::new(), Vec::new()),
+            apiserver_child: None,
         };
         let o = Command::new("openssl")
             .args(["genrsa", "-out"])
@@ -145,11 +159,9 @@ impl Api {
                 "--log-level=warn".to_owned(),
             ],
         )?);
-        api.children.push(spawn(
-            &dir,
-            "apiserver.log",
-            &bin.join("kube-apiserver"),
-            &[
+        api.apiserver = (
+            bin.join("kube-apiserver"),
+            vec![
                 format!("--etcd-servers=http://127.0.0.1:{client}"),
                 "--bind-address=127.0.0.1".to_owned(),
                 "--advertise-address=127.0.0.1".to_owned(),
@@ -163,17 +175,8 @@ impl Api {
                 format!("--service-account-key-file={}", d("sa.key")),
                 format!("--service-account-signing-key-file={}", d("sa.key")),
             ],
-        )?);
-        let deadline = Instant::now() + Duration::from_secs(90);
-        while api.curl("GET", "/readyz", None).as_deref() != Ok("ok") {
-            if Instant::now() > deadline {
-                let mut log = String::new();
-                let _ = std::fs::File::open(dir.join("apiserver.log"))
-                    .and_then(|mut f| f.read_to_string(&mut log));
-                return Err(format!("kube-apiserver not ready: {log}"));
-            }
-            std::thread::sleep(Duration::from_millis(300));
-        }
+        );
+        api.start_apiserver()?;
         api.setup()?;
         let kcm = bin.join("kube-controller-manager");
         if kcm.is_file() {
@@ -200,6 +203,31 @@ impl Api {
             api.gc = true;
         }
         Ok(api)
+    }
+
+    /// Start kube-apiserver (on the same etcd) and wait until it is ready.
+    fn start_apiserver(&mut self) -> Result<(), String> {
+        let (program, args) = self.apiserver.clone();
+        self.apiserver_child = Some(spawn(&self.dir, "apiserver.log", &program, &args)?);
+        let deadline = Instant::now() + Duration::from_secs(90);
+        while self.curl("GET", "/readyz", None).as_deref() != Ok("ok") {
+            if Instant::now() > deadline {
+                let mut log = String::new();
+                let _ = std::fs::File::open(self.dir.join("apiserver.log"))
+                    .and_then(|mut f| f.read_to_string(&mut log));
+                return Err(format!("kube-apiserver not ready: {log}"));
+            }
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        Ok(())
+    }
+
+    /// SIGKILL kube-apiserver.
+    fn kill_apiserver(&mut self) {
+        if let Some(mut c) = self.apiserver_child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
     }
 
     /// `curl` as admin: the body of the answer (`body` JSON, or YAML when `yaml`).
@@ -407,7 +435,7 @@ fn runtime() -> tokio::runtime::Runtime {
 /// they stay independent (about 5 s each).
 #[test]
 fn leases_on_a_real_api_server() {
-    let Some(api) = require_api() else {
+    let Some(mut api) = require_api() else {
         return;
     };
     contention_never_exceeds_the_budget(&api);
@@ -418,6 +446,7 @@ fn leases_on_a_real_api_server() {
     } else {
         println!("SKIPPED: a deleted Node's Leases (no kube-controller-manager)");
     }
+    an_api_server_outage_ends_the_grant_and_its_return_makes_one(&mut api);
     rbac_refusals_name_the_verb_and_resource(&api);
 }
 
@@ -683,5 +712,96 @@ fn a_deleted_node_takes_its_leases_along(api: &Api) {
         h.release();
         h.shutdown().await;
         g.shutdown().await;
+    });
+}
+
+/// The API server stopped: the holder's grant ends within its tenure (it can no longer
+/// renew) and both members say Unreachable (what `on_unreachable` acts on); back: one grant
+/// (the holder's renewal of its own slot or the other's takeover of it, whichever the server
+/// takes first), never two, one holder on the server, and the slot handed on at release.
+fn an_api_server_outage_ends_the_grant_and_its_return_makes_one(api: &mut Api) {
+    let ttl = 6;
+    let rt = runtime();
+    let (mut u, mut v) = rt.block_on(async {
+        let mut u = Fleet::start(settings(api, "pleg", "down", "node-u", "1", ttl)).unwrap();
+        u.request(ActionKind::DaemonReexec, Urgency::Emergency);
+        assert!(
+            u.wait_granted(Duration::from_secs(20)).await,
+            "{:?}",
+            u.state()
+        );
+        let v = Fleet::start(settings(api, "pleg", "down", "node-v", "1", ttl)).unwrap();
+        v.request(ActionKind::DaemonReexec, Urgency::Emergency);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        (u, v)
+    });
+    let stopped = Instant::now();
+    api.kill_apiserver();
+    rt.block_on(async {
+        let deadline = Instant::now() + Duration::from_secs(ttl + 10);
+        loop {
+            let (su, sv) = (u.state(), v.state());
+            assert!(
+                !(matches!(su, SlotState::Granted { .. })
+                    && stopped.elapsed() > Duration::from_secs(ttl)),
+                "node-u still granted {:?} after the API server stopped",
+                stopped.elapsed()
+            );
+            if matches!(su, SlotState::Unreachable { .. })
+                && matches!(sv, SlotState::Unreachable { .. })
+            {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{su:?} {sv:?}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        assert!(u.view().expired >= 1, "{:?}", u.view());
+    });
+    api.start_apiserver().unwrap();
+    rt.block_on(async {
+        let granted = |f: &Fleet| matches!(f.state(), SlotState::Granted { .. });
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !granted(&u) && !granted(&v) {
+            assert!(Instant::now() < deadline, "{:?} {:?}", u.state(), v.state());
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        // the slot was free once node-u's tenure ended: node-u's renewal of its own slot and
+        // node-v's takeover race for one resourceVersion, and one wins
+        let (winner, loser) = if granted(&u) {
+            ("node-u", &v)
+        } else {
+            ("node-v", &u)
+        };
+        let until = Instant::now() + Duration::from_secs(ttl + 4);
+        while Instant::now() < until {
+            assert!(
+                granted(&u) != granted(&v),
+                "{:?} {:?}",
+                u.state(),
+                v.state()
+            );
+            assert!(!granted(loser), "two grants");
+            assert_eq!(
+                api.holders("down"),
+                vec![("down-slot-0".to_owned(), winner.to_owned())]
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        let (first, second) = if winner == "node-u" {
+            (&mut u, &mut v)
+        } else {
+            (&mut v, &mut u)
+        };
+        first.release();
+        assert!(
+            second.wait_granted(Duration::from_secs(15)).await,
+            "{:?}",
+            second.state()
+        );
+        second.release();
+    });
+    rt.block_on(async {
+        u.shutdown().await;
+        v.shutdown().await;
     });
 }
