@@ -152,6 +152,19 @@ struct NodeList {
     items: Vec<NodeMeta>,
 }
 
+/// A SelfSubjectAccessReview's answer, the field read.
+#[derive(Debug, Clone, Default, Deserialize)]
+struct AccessReview {
+    #[serde(default)]
+    status: AccessStatus,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+struct AccessStatus {
+    #[serde(default)]
+    allowed: bool,
+}
+
 impl Client {
     /// A client for `kubeconfig`'s server and identity, for Leases in `namespace`; every call
     /// gives up after `timeout`.
@@ -324,6 +337,45 @@ impl Client {
         );
         let body = self.send(&call, Method::GET, &path, None, LIST_CAP).await?;
         Ok(decode::<NodeList>(&call, &body)?.items.len())
+    }
+
+    /// Whether this identity may `verb` `resource` (of API group `group`, in `namespace` or
+    /// cluster-wide), as the API server's authorizer says (a SelfSubjectAccessReview, which
+    /// every authenticated identity may make).
+    pub async fn may(
+        &self,
+        verb: &'static str,
+        resource: &'static str,
+        group: &'static str,
+        namespace: Option<&str>,
+    ) -> Result<bool, KubeError> {
+        let call = Call {
+            verb: "create",
+            resource: "selfsubjectaccessreviews",
+            group: "authorization.k8s.io",
+            namespace: None,
+            name: None,
+        };
+        let mut attributes =
+            serde_json::json!({"verb": verb, "resource": resource, "group": group});
+        if let Some(ns) = namespace {
+            attributes["namespace"] = serde_json::Value::from(ns);
+        }
+        let body = serde_json::json!({
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SelfSubjectAccessReview",
+            "spec": {"resourceAttributes": attributes},
+        });
+        let json = encode(&call, &body)?;
+        let path = format!(
+            "{}/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+            self.server.base_path
+        );
+        let answer = self
+            .send(&call, Method::POST, &path, Some(json), ANSWER_CAP)
+            .await?;
+        let review: AccessReview = decode(&call, &answer)?;
+        Ok(review.status.allowed)
     }
 
     /// The bearer token to send now (the file's, read again after [`TOKEN_REREAD`]).

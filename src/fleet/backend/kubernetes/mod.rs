@@ -55,14 +55,49 @@ pub(crate) fn start(
 }
 
 /// Reach the API server once and read the group, as `check-config --connect` does: the
-/// group's Leases listed, and its Nodes counted when a share budget or the storm guard needs
-/// them (a refused verb is named).
+/// group's Leases listed, every verb the daemon will use asked of the API server's
+/// authorizer (SelfSubjectAccessReview; each refused one is named), and the group's Nodes
+/// counted when a share budget or the storm guard needs them.
 pub(crate) async fn check(settings: &FleetSettings) -> Result<FleetView, FleetError> {
     let client = client_for(settings)?;
     let selector = names::group_selector(&settings.group);
     let list = client.list(&selector).await?;
     let needs_members = matches!(settings.max_disruptive, MaxDisruptive::Percent(_))
         || settings.max_unhealthy != MaxUnhealthy::Off;
+    let mut needed: Vec<(&'static str, &'static str, &'static str, Option<&str>)> =
+        ["get", "list", "create", "update", "delete"]
+            .into_iter()
+            .map(|verb| {
+                (
+                    verb,
+                    types::LEASES,
+                    types::COORDINATION,
+                    Some(client.namespace()),
+                )
+            })
+            .collect();
+    if needs_members {
+        needed.push(("list", "nodes", "", None));
+    }
+    let mut refused = Vec::new();
+    for (verb, resource, group, namespace) in needed {
+        if !client.may(verb, resource, group, namespace).await? {
+            let call = types::Call {
+                verb,
+                resource,
+                group,
+                namespace: namespace.map(str::to_owned),
+                name: None,
+            };
+            refused.push(call.to_string());
+        }
+    }
+    if !refused.is_empty() {
+        return Err(FleetError::Auth(format!(
+            "the API server's RBAC does not let this identity {} (packaging/kubernetes/rbac.yaml grants what pleg-guard needs)",
+            refused.join(", ")
+        )));
+    }
     let members = match needs_members {
         true => Some(client.count_nodes(&selector).await?),
         false => None,
