@@ -466,6 +466,7 @@ fn leases_on_a_real_api_server() {
     } else {
         println!("SKIPPED: a deleted Node's Leases (no kube-controller-manager)");
     }
+    the_storm_guard_counts_finding_leases_of_other_writers(&api);
     an_api_server_outage_ends_the_grant_and_its_return_makes_one(&mut api);
     rbac_refusals_name_the_verb_and_resource(&api);
 }
@@ -849,4 +850,68 @@ fn an_api_server_outage_ends_the_grant_and_its_return_makes_one(api: &mut Api) {
         u.shutdown().await;
         v.shutdown().await;
     });
+}
+
+/// The storm guard reads the group's size from its labelled Nodes and its sick members from
+/// the live finding Leases, whoever wrote them; a member reporting an exempt finding (the
+/// proven-local bus wedge) does not count.
+fn the_storm_guard_counts_finding_leases_of_other_writers(api: &Api) {
+    for i in 0..6 {
+        api.post(
+            "/api/v1/nodes",
+            serde_json::json!({"apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": format!("storm-{i}"), "labels": {"pleg-guard.io/group": "storm"}}}),
+        );
+    }
+    let finding = |node: &str, ids: &str| {
+        api.post(
+            &format!("/apis/coordination.k8s.io/v1/namespaces/{NS}/leases"),
+            serde_json::json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": format!("storm-finding-{node}"),
+                    "labels": {"pleg-guard.io/group": "storm"},
+                    "annotations": {"pleg-guard.io/findings": ids}},
+                "spec": {"holderIdentity": node, "leaseDurationSeconds": 60}}),
+        );
+    };
+    finding("storm-1", "kubelet-pleg-unhealthy");
+    let rt = runtime();
+    rt.block_on(async {
+        let mut s = settings(api, "pleg", "storm", "storm-0", "1", 10);
+        s.max_unhealthy = "20%".parse().unwrap();
+        s.storm_exempt = vec!["systemd-bus-wedge".to_owned()];
+        let mut fleet = Fleet::start(s).unwrap();
+        let h = fresh_health(&mut fleet).await;
+        assert_eq!(h.members, 6);
+        assert_eq!(h.unhealthy, vec!["storm-1".to_owned()]);
+        assert!(!h.storming, "1 of 6 is not more than 20 %");
+        finding("storm-2", "containerd-unresponsive,dead-containers");
+        finding("storm-3", "systemd-bus-wedge,bus-unresponsive");
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        let h = fresh_health(&mut fleet).await;
+        assert_eq!(
+            h.unhealthy,
+            vec!["storm-1".to_owned(), "storm-2".to_owned()]
+        );
+        assert!(
+            h.storming,
+            "2 of 6 is more than 20 %; storm-3's bus wedge is exempt"
+        );
+        fleet.shutdown().await;
+    });
+}
+
+/// Ask for the group's health and wait for a read newer than the one shown.
+async fn fresh_health(fleet: &mut Fleet) -> pleg_guard::fleet::GroupHealth {
+    let before = fleet.view().health.map(|h| h.read_at);
+    fleet.read_health();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(h) = fleet.view().health {
+            if Some(h.read_at) != before {
+                return h;
+            }
+        }
+        assert!(Instant::now() < deadline, "no health read");
+        let _ = tokio::time::timeout(Duration::from_millis(300), fleet.changed()).await;
+    }
 }
