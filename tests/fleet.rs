@@ -486,6 +486,7 @@ fn fleet_child_holds_a_slot() {
         auth: None,
         max_unhealthy: Default::default(),
         storm_exempt: Vec::new(),
+        kubernetes: None,
     };
     runtime().block_on(async {
         let mut fleet = Fleet::start(s).expect("Fleet::start");

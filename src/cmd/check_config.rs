@@ -38,7 +38,9 @@ pub fn main(args: CheckConfigArgs) -> ExitCode {
 fn connect(config: &Config) -> ExitCode {
     let Some(settings) = FleetSettings::from_config(&config.fleet, config.etcd_request_timeout())
     else {
-        println!("[fleet]: not configured (no etcd_endpoints): nothing to connect to");
+        println!(
+            "[fleet]: not configured (no etcd_endpoints, or no kubeconfig with backend \"kubernetes\"): nothing to connect to"
+        );
         return ExitCode::SUCCESS;
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -53,10 +55,13 @@ fn connect(config: &Config) -> ExitCode {
     };
     match runtime.block_on(Fleet::check(&settings)) {
         Ok(view) => {
+            let (store, place) = match &settings.kubernetes {
+                Some(k) => ("API server", format!("Leases in namespace {}", k.namespace)),
+                None => ("etcd", settings.group_prefix()),
+            };
             println!(
-                "[fleet]: etcd ok; group {} ({}): {} members alive, {} of {} slots held, {} waiting; this node is \"{}\"",
+                "[fleet]: {store} ok; group {} ({place}): {} members alive, {} of {} slots held, {} waiting; this node is \"{}\"",
                 view.group,
-                settings.group_prefix(),
                 view.members_alive.unwrap_or(0),
                 view.holders.len(),
                 view.max_disruptive.unwrap_or(0),

@@ -524,6 +524,13 @@ impl Applier<'_> {
             let start = v.span().start;
             move |message: String| self.error_at(start, message)
         };
+        if let Some(b) = f.backend {
+            slot.backend = b.get_ref().parse().map_err(at(&b))?;
+        }
+        self.optional_path(&mut slot.kubeconfig, "fleet.kubeconfig", f.kubeconfig)?;
+        if let Some(n) = f.namespace {
+            slot.namespace = settings::namespace(n.get_ref()).map_err(at(&n))?;
+        }
         if let Some(list) = f.etcd_endpoints {
             let mut endpoints = Vec::new();
             for item in list.into_inner() {

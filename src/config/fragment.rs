@@ -32,6 +32,9 @@ pub(super) struct Fragment {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct FleetFragment {
+    pub(super) backend: Field<String>,
+    pub(super) kubeconfig: Field<String>,
+    pub(super) namespace: Field<String>,
     pub(super) etcd_endpoints: Field<Vec<Spanned<String>>>,
     pub(super) group: Field<String>,
     pub(super) max_disruptive: Field<String>,

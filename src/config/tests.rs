@@ -709,3 +709,105 @@ fn a_unit_name_that_is_not_one_is_refused_with_its_key() {
     // serde's own words, with the line and column of the value
     assert!(e.starts_with("/etc/pleg-guard/config.toml:2:"), "{e}");
 }
+
+/// `[fleet] backend = "kubernetes"` reads `kubeconfig` and `namespace`; the settings name the
+/// backend; the keys of the other backend, and names Kubernetes cannot take, are refused with
+/// the key named.
+#[test]
+fn kubernetes_backend_keys_are_read() {
+    let c = parse(
+        "[fleet]\nbackend = \"kubernetes\"\nkubeconfig = \"/etc/pleg-guard/kubeconfig\"\nnamespace = \"ops\"\ngroup = \"pool-a\"\nmax_disruptive = \"10%\"\n",
+    )
+    .unwrap();
+    let f = &c.fleet;
+    assert!(f.enabled());
+    assert_eq!(f.backend, crate::fleet::Backend::Kubernetes);
+    assert_eq!(
+        f.kubeconfig.as_deref(),
+        Some(Path::new("/etc/pleg-guard/kubeconfig"))
+    );
+    assert_eq!(f.namespace, "ops");
+    let s = crate::fleet::FleetSettings::from_config(f, Duration::from_secs(2)).unwrap();
+    assert_eq!(s.backend(), crate::fleet::Backend::Kubernetes);
+    let k = s.kubernetes.as_ref().unwrap();
+    assert_eq!(k.namespace, "ops");
+    assert_eq!(k.kubeconfig, Path::new("/etc/pleg-guard/kubeconfig"));
+
+    let d = parse("[fleet]\nbackend = \"kubernetes\"\nkubeconfig = \"/k\"\n").unwrap();
+    assert_eq!(d.fleet.namespace, "pleg-guard", "the default namespace");
+    let etcd =
+        parse("[fleet]\nbackend = \"etcd\"\netcd_endpoints = [\"http://h:2379\"]\n").unwrap();
+    let s = crate::fleet::FleetSettings::from_config(&etcd.fleet, Duration::from_secs(2)).unwrap();
+    assert_eq!(s.backend(), crate::fleet::Backend::Etcd);
+    assert!(s.kubernetes.is_none());
+    assert_eq!(Config::default().fleet.backend, crate::fleet::Backend::Etcd);
+
+    for (text, expect) in [
+        (
+            "backend = \"consul\"",
+            "`fleet.backend` must be \"etcd\" or \"kubernetes\"",
+        ),
+        (
+            "kubeconfig = \"kubeconfig\"",
+            "`fleet.kubeconfig` must be an absolute path",
+        ),
+        ("namespace = \"\"", "`fleet.namespace` must not be empty"),
+        ("backend = 3", "invalid type"),
+    ] {
+        let e = parse(&format!("[fleet]\n{text}\n")).unwrap_err();
+        assert!(e.contains(":2:"), "{text}: {e}");
+        assert!(e.contains(expect), "{text}: {e}");
+    }
+    for (text, expect) in [
+        ("backend = \"kubernetes\"", "needs `fleet.kubeconfig`"),
+        (
+            "kubeconfig = \"/k\"",
+            "`fleet.kubeconfig` is set while `fleet.backend` is \"etcd\"",
+        ),
+        ("namespace = \"ops\"", "`fleet.namespace` (\"ops\") is for"),
+        (
+            "backend = \"kubernetes\"\nkubeconfig = \"/k\"\netcd_endpoints = [\"http://h:2379\"]\nprefix = \"/x\"",
+            "`fleet.etcd_endpoints`, `fleet.prefix` are for backend \"etcd\" only",
+        ),
+        (
+            "backend = \"kubernetes\"\nkubeconfig = \"/k\"\nca_file = \"/ca.pem\"",
+            "`fleet.ca_file` is for backend \"etcd\" only",
+        ),
+        (
+            "backend = \"kubernetes\"\nkubeconfig = \"/k\"\ngroup = \"Pool_A\"",
+            "`fleet.group` with `fleet.backend = \"kubernetes\"` must be",
+        ),
+        (
+            "backend = \"kubernetes\"\nkubeconfig = \"/k\"\nnode = \"Node_1\"",
+            "`fleet.node` with `fleet.backend = \"kubernetes\"` must be",
+        ),
+        (
+            "backend = \"kubernetes\"\nkubeconfig = \"/k\"\nnamespace = \"a.b\"",
+            "`fleet.namespace` must be a namespace name",
+        ),
+    ] {
+        let e = parse(&format!("[fleet]\n{text}\n")).unwrap_err();
+        assert!(e.contains(expect), "{text}: {e}");
+    }
+}
+
+/// A kubeconfig that cannot be read is a clear error at start and at check, not a panic.
+#[test]
+fn kubernetes_backend_without_its_kubeconfig_is_a_clear_error() {
+    let c = parse("[fleet]\nbackend = \"kubernetes\"\nkubeconfig = \"/k\"\n").unwrap();
+    let s = crate::fleet::FleetSettings::from_config(&c.fleet, Duration::from_secs(1)).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let e = rt.block_on(async { crate::fleet::Fleet::start(s.clone()).map(|_| ()) });
+    assert!(
+        matches!(&e, Err(crate::fleet::FleetError::Config(m)) if m.contains("fleet.kubeconfig") && m.contains("/k")),
+        "{e:?}"
+    );
+    let e = rt.block_on(crate::fleet::Fleet::check(&s));
+    assert!(
+        matches!(e, Err(crate::fleet::FleetError::Config(_))),
+        "{e:?}"
+    );
+}

@@ -20,6 +20,18 @@ use crate::target::ActionKind;
 /// How often the storm guard reads the group's member keys while a repair waits on it.
 const STORM_RECHECK: Duration = Duration::from_secs(5);
 
+/// How long at most a slot is kept after its repair did not cure (the settle check found
+/// its symptom standing): while this node still reports findings a fleet repair aims at, its
+/// slot stays, so one bad repair cannot roll across the group node by node; the node's next
+/// tier runs under it. Both backends.
+pub const KEEP_UNCURED_FOR: Duration = Duration::from_secs(30 * 60);
+
+/// Whether a slot whose repair did not cure (at `kept_since`) is still kept at `now`: while
+/// the node is still `sick`, at most [`KEEP_UNCURED_FOR`].
+pub fn keeps_slot(kept_since: Option<Instant>, sick: bool, now: Instant) -> bool {
+    kept_since.is_some_and(|t| sick && now.saturating_duration_since(t) < KEEP_UNCURED_FOR)
+}
+
 /// What the gate says about an action the ladder chose.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Gate {
@@ -60,6 +72,10 @@ pub struct FleetGate {
     health_asked: Option<Instant>,
     /// The stray keys under `holders/` already logged (each once while it stays).
     strays_logged: BTreeSet<String>,
+    /// The held slot's repair did not cure: since when it is kept ([`keeps_slot`]).
+    kept: Option<Instant>,
+    /// This node reports findings a fleet repair aims at (the latest `set_findings`).
+    sick: bool,
 }
 
 impl FleetGate {
@@ -82,6 +98,8 @@ impl FleetGate {
             storm: None,
             health_asked: None,
             strays_logged: BTreeSet::new(),
+            kept: None,
+            sick: false,
         }))
     }
 
@@ -92,7 +110,8 @@ impl FleetGate {
 
     /// The findings this node acts on (its member key says so: the storm guard of the other
     /// members counts them).
-    pub fn set_findings(&self, findings: Vec<String>) {
+    pub fn set_findings(&mut self, findings: Vec<String>) {
+        self.sick = !findings.is_empty();
         self.fleet.set_findings(findings);
     }
 
@@ -278,6 +297,23 @@ impl FleetGate {
         Gate::Wait(reason.to_string())
     }
 
+    /// A settle check ended: a repair that did not cure keeps its slot ([`keeps_slot`]);
+    /// one that cured lets it go at the next [`FleetGate::after`].
+    pub fn settled(&mut self, action: ActionKind, cured: bool) {
+        if self.holding.is_none() {
+            return;
+        }
+        if cured {
+            self.kept = None;
+        } else if self.kept.is_none() {
+            self.kept = Some(Instant::now());
+            tracing::info!(
+                "{action} did not cure: this node keeps its fleet slot while its findings stand (at most {}), so the same repair does not move on to the next node",
+                humantime::format_duration(KEEP_UNCURED_FOR)
+            );
+        }
+    }
+
     /// After the ladder spoke and the runner moved on: release a slot whose action and settle
     /// check are over, withdraw a request the ladder no longer makes (`waiting_for_window`:
     /// the actions it holds back for their maintenance window, with its words), note expiries
@@ -289,14 +325,25 @@ impl FleetGate {
         waiting_for_window: &[(ActionKind, String)],
     ) {
         if let Some((action, since)) = self.holding {
-            if !busy {
+            if !busy && !keeps_slot(self.kept, self.sick, Instant::now()) {
                 self.fleet.release();
                 self.holding = None;
+                let why = match self.kept.take() {
+                    Some(_) if self.sick => format!(
+                        "kept {} after a repair that did not cure, the most it is kept",
+                        humantime::format_duration(KEEP_UNCURED_FOR)
+                    ),
+                    Some(_) => {
+                        "kept after a repair that did not cure, until the node's findings cleared"
+                            .to_owned()
+                    }
+                    None => "done and settled".to_owned(),
+                };
                 fleet_event(
                     EventKind::FleetReleased,
                     action,
                     &format!(
-                        "{action} done and settled: fleet slot released after {}",
+                        "{action} {why}: fleet slot released after {}",
                         humantime::format_duration(Duration::from_secs(since.elapsed().as_secs()))
                     ),
                 );
@@ -493,6 +540,28 @@ fn withdrawn_because(action: ActionKind, waiting_for_window: &[(ActionKind, Stri
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_repair_that_did_not_cure_keeps_its_slot_while_the_node_is_sick_up_to_the_cap() {
+        let t0 = Instant::now();
+        assert!(!keeps_slot(None, true, t0), "a cured repair's slot goes");
+        assert!(keeps_slot(Some(t0), true, t0 + Duration::from_secs(60)));
+        assert!(
+            !keeps_slot(Some(t0), false, t0 + Duration::from_secs(60)),
+            "the node's findings cleared: the slot goes"
+        );
+        assert!(keeps_slot(
+            Some(t0),
+            true,
+            t0 + KEEP_UNCURED_FOR - Duration::from_secs(1)
+        ));
+        assert!(
+            !keeps_slot(Some(t0), true, t0 + KEEP_UNCURED_FOR),
+            "the cap"
+        );
+        // a clock read before the mark counts as no time passed
+        assert!(keeps_slot(Some(t0 + Duration::from_secs(5)), true, t0));
+    }
 
     #[test]
     fn a_stray_holder_key_is_told_of_once_while_it_stays() {

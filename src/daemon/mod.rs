@@ -316,7 +316,10 @@ impl Daemon {
         self.systemd.remember_wedge(self.diagnosis.findings());
         self.last_round = Some(Round::merged(self.last_round.as_ref(), &round));
         let diagnosis = &self.diagnosis;
-        self.runner.check_settled(|id| diagnosis.has(id));
+        let settled = self.runner.check_settled(|id| diagnosis.has(id));
+        if let (Some(s), Some(gate)) = (settled, self.fleet.as_mut()) {
+            gate.settled(s.action, s.cured);
+        }
         if !self.runner.busy() {
             let ids: Vec<FindingId> = self.diagnosis.findings().iter().map(|f| f.id).collect();
             self.runtime = runtime_facts::read(&ids, &self.config).await;
@@ -379,7 +382,7 @@ impl Daemon {
         self.next_step = (in_grace && findings.iter().any(|f| f.severity() == Severity::Problem))
             .then(|| "no action during startup grace".to_owned());
 
-        if let Some(gate) = self.fleet.as_ref() {
+        if let Some(gate) = self.fleet.as_mut() {
             gate.set_findings(acted_on(&decisions, &self.config.actions));
         }
         let wanted: Vec<ActionKind> = decisions

@@ -51,6 +51,15 @@ pub struct Finished {
     pub succeeded: bool,
 }
 
+/// What a settle check found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Settled {
+    /// Which action settled.
+    pub action: ActionKind,
+    /// Whether every finding it aimed at cleared.
+    pub cured: bool,
+}
+
 /// Why an action was not started.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -229,11 +238,11 @@ impl ActionRunner {
     }
 
     /// After the settle time, tell whether the action's symptom cleared (`stands` says which
-    /// findings still stand).
-    pub fn check_settled(&mut self, stands: impl Fn(FindingId) -> bool) {
-        let Some(s) = &self.settling else { return };
+    /// findings still stand); None while none settles or its time has not come.
+    pub fn check_settled(&mut self, stands: impl Fn(FindingId) -> bool) -> Option<Settled> {
+        let s = self.settling.as_ref()?;
         if Instant::now() < s.until {
-            return;
+            return None;
         }
         let still: Vec<FindingId> = s
             .aimed_at
@@ -266,8 +275,13 @@ impl ActionRunner {
             message: &message,
         });
         self.ledger.record_symptom(s.id, symptom);
+        let settled = Settled {
+            action: s.action,
+            cured: still.is_empty(),
+        };
         self.settling = None;
         self.save();
+        Some(settled)
     }
 
     /// Log a suppressed/skipped note once per episode.
@@ -441,7 +455,14 @@ mod tests {
             r.start(ActionKind::RestartKubelet, vec![], "", ctx()),
             Err(StartError::Busy)
         ));
-        r.check_settled(|_| false);
+        assert_eq!(
+            r.check_settled(|_| false),
+            Some(Settled {
+                action: ActionKind::DaemonReexec,
+                cured: true
+            })
+        );
+        assert_eq!(r.check_settled(|_| false), None, "settled once");
         assert!(!r.busy());
         let recent = r.recent(10);
         assert_eq!(recent.len(), 1);
@@ -484,7 +505,12 @@ mod tests {
         .unwrap();
         let report = r.next_report().await;
         r.finish(report, Duration::ZERO);
-        r.check_settled(|id| id == FindingId::LogindUnresponsive);
+        let settled = r.check_settled(|id| id == FindingId::LogindUnresponsive);
+        assert_eq!(
+            settled.map(|s| s.cured),
+            Some(false),
+            "what keeps the fleet slot"
+        );
         assert_eq!(r.recent(1)[0].symptom.as_deref(), Some("persisted"));
         let _ = std::fs::remove_dir_all(&d);
     }

@@ -7,7 +7,7 @@
 //! - [`storm`]: the storm guard, when a group's sick members pause repairs (pure);
 //! - [`settings`]: the `[fleet]` settings and what makes each value valid;
 //! - [`backend`]: what the handle and a backend say to each other, and the backends, one
-//!   folder each ([`backend::etcd`]).
+//!   folder each ([`backend::etcd`], [`backend::kubernetes`]).
 
 pub mod backend;
 pub mod policy;
@@ -22,7 +22,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use backend::{Command, Shared};
 
 use crate::target::ActionKind;
-pub use settings::{FleetConfig, MaxDisruptive, OnUnreachable, Secret};
+pub use settings::{Backend, FleetConfig, MaxDisruptive, OnUnreachable, Secret};
 
 /// How urgent a slot request is: emergencies go first in the queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -139,6 +139,15 @@ pub struct TlsFiles {
     pub key_file: Option<PathBuf>,
 }
 
+/// Backend kubernetes: the API server and identity, and where the Leases live.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KubeTarget {
+    /// `[fleet] kubeconfig`: the API server, its CA and pleg-guard's credentials.
+    pub kubeconfig: PathBuf,
+    /// `[fleet] namespace`: the group's Leases live here.
+    pub namespace: String,
+}
+
 /// What the fleet handle needs, from `[fleet]` (its Debug leaves the password out).
 #[derive(Clone)]
 pub struct FleetSettings {
@@ -164,6 +173,8 @@ pub struct FleetSettings {
     pub max_unhealthy: storm::MaxUnhealthy,
     /// The findings proven local to a node (its members reporting them do not count).
     pub storm_exempt: Vec<String>,
+    /// Backend kubernetes (None: backend etcd, at `endpoints`).
+    pub kubernetes: Option<KubeTarget>,
 }
 
 impl std::fmt::Debug for FleetSettings {
@@ -178,6 +189,7 @@ impl std::fmt::Debug for FleetSettings {
             .field("request_timeout", &self.request_timeout)
             .field("tls", &self.tls)
             .field("auth", &self.auth.as_ref().map(|(user, _)| (user, "..")))
+            .field("kubernetes", &self.kubernetes)
             .finish()
     }
 }
@@ -212,7 +224,22 @@ impl FleetSettings {
             auth,
             max_unhealthy: c.max_unhealthy,
             storm_exempt: c.storm_exempt.clone(),
+            kubernetes: match (c.backend, &c.kubeconfig) {
+                (settings::Backend::Kubernetes, Some(path)) => Some(KubeTarget {
+                    kubeconfig: path.clone(),
+                    namespace: c.namespace.clone(),
+                }),
+                _ => None,
+            },
         })
+    }
+
+    /// The backend these settings name.
+    pub fn backend(&self) -> settings::Backend {
+        match self.kubernetes {
+            Some(_) => settings::Backend::Kubernetes,
+            None => settings::Backend::Etcd,
+        }
     }
 
     /// `<prefix>/<group>/`: every key of the group is under it.

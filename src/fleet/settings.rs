@@ -15,6 +15,8 @@ use crate::client::authority;
 
 /// Default `[fleet] group`.
 pub const DEFAULT_FLEET_GROUP: &str = "default";
+/// Default `[fleet] namespace`: backend kubernetes's Leases live in this namespace.
+pub const DEFAULT_FLEET_NAMESPACE: &str = "pleg-guard";
 /// Default `[fleet] prefix`: the etcd key prefix every group lives under.
 pub const DEFAULT_FLEET_PREFIX: &str = "/pleg-guard";
 /// Default `[fleet] lease_ttl` (60 s): a dead holder's slot frees within this.
@@ -121,6 +123,41 @@ impl fmt::Display for OnUnreachable {
     }
 }
 
+/// `[fleet] backend`: where the group's budget is kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    /// Keys and transactions on an etcd of pleg-guard's own (`etcd_endpoints`).
+    #[default]
+    Etcd,
+    /// `coordination.k8s.io/v1` Leases on the cluster's API server (`kubeconfig`).
+    Kubernetes,
+}
+
+impl std::str::FromStr for Backend {
+    type Err = String;
+
+    /// `fleet.backend`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "etcd" => Ok(Backend::Etcd),
+            "kubernetes" => Ok(Backend::Kubernetes),
+            other => Err(format!(
+                "`fleet.backend` must be \"etcd\" or \"kubernetes\", not \"{other}\""
+            )),
+        }
+    }
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Backend::Etcd => "etcd",
+            Backend::Kubernetes => "kubernetes",
+        })
+    }
+}
+
 /// The password read from `[fleet] password_file`; never printed.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Secret(String);
@@ -156,9 +193,15 @@ impl fmt::Debug for Secret {
     }
 }
 
-/// `[fleet]`: the fleet-wide disruption budget kept in etcd.
+/// `[fleet]`: the fleet-wide disruption budget, kept in etcd or in Kubernetes Leases.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FleetConfig {
+    /// `backend`: where the budget is kept.
+    pub backend: Backend,
+    /// `kubeconfig`: backend kubernetes's identity and API server (None: no fleet budget there).
+    pub kubeconfig: Option<PathBuf>,
+    /// `namespace`: backend kubernetes's Leases live here.
+    pub namespace: String,
     /// `etcd_endpoints`: empty = no fleet budget.
     pub etcd_endpoints: Vec<String>,
     /// `group`: the pool sharing one budget.
@@ -199,7 +242,10 @@ pub struct FleetConfig {
 impl FleetConfig {
     /// Whether a fleet budget is configured at all.
     pub fn enabled(&self) -> bool {
-        !self.etcd_endpoints.is_empty()
+        match self.backend {
+            Backend::Etcd => !self.etcd_endpoints.is_empty(),
+            Backend::Kubernetes => self.kubeconfig.is_some(),
+        }
     }
 
     /// This node's name: `node`, or the kernel's host name.
@@ -217,6 +263,9 @@ impl FleetConfig {
 impl Default for FleetConfig {
     fn default() -> Self {
         FleetConfig {
+            backend: Backend::Etcd,
+            kubeconfig: None,
+            namespace: DEFAULT_FLEET_NAMESPACE.to_owned(),
             etcd_endpoints: Vec::new(),
             group: DEFAULT_FLEET_GROUP.to_owned(),
             max_disruptive: MaxDisruptive::Count(NonZeroU32::MIN),
@@ -303,6 +352,10 @@ impl FleetConfig {
     /// The checks between `[fleet]` keys, on the merged configuration; the message names both.
     pub fn check_relations(&self) -> Result<(), String> {
         let f = self;
+        match f.backend {
+            Backend::Etcd => f.check_etcd_only()?,
+            Backend::Kubernetes => return f.check_kubernetes(),
+        }
         if f.cert_file.is_some() != f.key_file.is_some() {
             return Err(
                 "`fleet.cert_file` and `fleet.key_file` go together: set both or neither"
@@ -338,6 +391,65 @@ impl FleetConfig {
                     "`fleet.etcd_endpoints` mixes http:// and https:// endpoints: one cluster speaks one".to_owned(),
                 );
             }
+        }
+        Ok(())
+    }
+}
+
+impl FleetConfig {
+    /// Backend etcd: the kubernetes keys have no meaning, so setting one is a mistake.
+    fn check_etcd_only(&self) -> Result<(), String> {
+        if self.kubeconfig.is_some() {
+            return Err(
+                "`fleet.kubeconfig` is set while `fleet.backend` is \"etcd\": set `fleet.backend = \"kubernetes\"` to keep the budget in Leases, or remove `fleet.kubeconfig`".to_owned(),
+            );
+        }
+        if self.namespace != DEFAULT_FLEET_NAMESPACE {
+            return Err(format!(
+                "`fleet.namespace` (\"{}\") is for `fleet.backend = \"kubernetes\"`; backend \"etcd\" keeps its keys under `fleet.prefix`",
+                self.namespace
+            ));
+        }
+        Ok(())
+    }
+
+    /// Backend kubernetes: a kubeconfig, no etcd key, and a group and node that make valid
+    /// Lease names and label values.
+    fn check_kubernetes(&self) -> Result<(), String> {
+        if self.kubeconfig.is_none() {
+            return Err(
+                "`fleet.backend = \"kubernetes\"` needs `fleet.kubeconfig`: the kubeconfig pleg-guard writes its Leases with (see packaging/kubernetes/)".to_owned(),
+            );
+        }
+        let etcd_keys = [
+            ("fleet.etcd_endpoints", !self.etcd_endpoints.is_empty()),
+            ("fleet.ca_file", self.ca_file.is_some()),
+            ("fleet.cert_file", self.cert_file.is_some()),
+            ("fleet.key_file", self.key_file.is_some()),
+            ("fleet.username", self.username.is_some()),
+            ("fleet.password_file", self.password_file.is_some()),
+            (
+                "fleet.allow_password_over_http",
+                self.allow_password_over_http,
+            ),
+            ("fleet.prefix", self.prefix != DEFAULT_FLEET_PREFIX),
+        ];
+        let given: Vec<String> = etcd_keys
+            .iter()
+            .filter(|(_, set)| *set)
+            .map(|(key, _)| format!("`{key}`"))
+            .collect();
+        if !given.is_empty() {
+            return Err(format!(
+                "{} {} for backend \"etcd\" only; with `fleet.backend = \"kubernetes\"` the API server, its CA and the credentials come from `fleet.kubeconfig`",
+                given.join(", "),
+                if given.len() == 1 { "is" } else { "are" }
+            ));
+        }
+        crate::fleet::backend::kubernetes::names::check_group(&self.group)?;
+        crate::fleet::backend::kubernetes::names::check_namespace(&self.namespace)?;
+        if let Some(node) = &self.node {
+            crate::fleet::backend::kubernetes::names::check_node(node)?;
         }
         Ok(())
     }
@@ -395,6 +507,7 @@ impl FleetConfig {
     pub fn secret_file_warnings(&self) -> Vec<String> {
         [
             ("fleet.password_file", &self.password_file),
+            ("fleet.kubeconfig", &self.kubeconfig),
             ("fleet.key_file", &self.key_file),
         ]
         .into_iter()
@@ -429,6 +542,18 @@ pub fn lease_ttl(d: Duration, text: &str) -> Result<Duration, String> {
         ));
     }
     Ok(d)
+}
+
+/// `fleet.namespace`: checked as a Kubernetes namespace name in
+/// [`FleetConfig::check_relations`] (it matters for backend kubernetes only).
+pub fn namespace(text: &str) -> Result<String, String> {
+    let t = text.trim();
+    if t.is_empty() {
+        return Err(
+            "`fleet.namespace` must not be empty (the default is \"pleg-guard\")".to_owned(),
+        );
+    }
+    Ok(t.to_owned())
 }
 
 /// `fleet.node`: `""` means the host name.

@@ -279,6 +279,7 @@ impl EtcdCluster {
             auth: None,
             max_unhealthy: pleg_guard::fleet::storm::MaxUnhealthy::default(),
             storm_exempt: vec!["systemd-bus-wedge".to_string()],
+            kubernetes: None,
         }
     }
 

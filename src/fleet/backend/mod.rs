@@ -6,13 +6,15 @@
 //! first, a dead holder's slot free within `lease_ttl`, a grant whose answer was lost found
 //! again, `Granted` only right after the store confirmed the slot.
 //!
-//! - [`etcd`]: keys and transactions on an etcd of pleg-guard's own.
+//! - [`etcd`]: keys and transactions on an etcd of pleg-guard's own;
+//! - [`kubernetes`]: `coordination.k8s.io/v1` Leases on the cluster's API server.
 
 pub mod etcd;
+pub mod kubernetes;
 
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::{FleetError, FleetSettings, FleetView, SlotState, Urgency};
+use super::{Backend, FleetError, FleetSettings, FleetView, SlotState, Urgency};
 use crate::target::ActionKind;
 
 /// What a backend publishes.
@@ -39,10 +41,16 @@ pub(crate) fn start(
     tx: watch::Sender<Shared>,
     rx: mpsc::UnboundedReceiver<Command>,
 ) -> Result<tokio::task::JoinHandle<()>, FleetError> {
-    etcd::start(settings, tx, rx)
+    match settings.backend() {
+        Backend::Etcd => etcd::start(settings, tx, rx),
+        Backend::Kubernetes => kubernetes::start(settings, tx, rx),
+    }
 }
 
 /// Reach the store once and read the group, as `check-config --connect` does.
 pub(crate) async fn check(settings: &FleetSettings) -> Result<FleetView, FleetError> {
-    etcd::check(settings).await
+    match settings.backend() {
+        Backend::Etcd => etcd::check(settings).await,
+        Backend::Kubernetes => kubernetes::check(settings).await,
+    }
 }
