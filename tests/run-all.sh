@@ -113,7 +113,7 @@ cargo test --locked --lib --bins
 # a = 80 + 68 + 36 + 17 + 33 + 45 + 130 + 56 + 1 ~ 470, b = 220 + 42 + 30 + 31 + 35 + 27 + 33 ~ 420
 # (real_bug's sweep of every fast-forward value is two tests on two beds, side by side).
 group_a=(daemon_scenarios serial_forecast faults metrics containerd layout npd_config fleet docker_hostile packaging npd)
-group_b=(real_bug systemd_citizen bed_smoke diagnose old_distros fleet_beds clock_jumps soak)
+group_b=(real_bug systemd_citizen bed_smoke diagnose old_distros fleet_beds fleet_kubernetes clock_jumps soak)
 # real_node: one node bed after another (a lock), ~25 min, beside the two groups once the Go
 # build is done; without the components (a failed build off CI) it is left out
 group_c=(real_node)
