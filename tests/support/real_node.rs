@@ -50,16 +50,21 @@ static ONE_NODE: Mutex<()> = Mutex::new(());
 /// Boots the node bed (affected PID 1 with `affected`). None (SKIPPED) where no bed can run off
 /// CI, like every bed test; a node-up.sh that fails is a failure.
 pub fn require_node(affected: bool) -> Option<Node> {
-    boot_node("node-up.sh", affected)
+    boot_node("node-up.sh", affected, &[])
+}
+
+/// The node bed with node-up.sh's environment `env` (`PLEG_GUARD_NODE_KUBELET=1.37`, ...).
+pub fn require_node_with(env: &[(&str, &str)]) -> Option<Node> {
+    boot_node("node-up.sh", false, env)
 }
 
 /// The seeds' era: kubelet v1.23.17 with dockershim against dockerd in the bed
 /// (`tests/k8s/node-up-dockershim.sh`); Drop runs the same `node-down.sh`.
 pub fn require_dockershim_node() -> Option<Node> {
-    boot_node("node-up-dockershim.sh", false)
+    boot_node("node-up-dockershim.sh", false, &[])
 }
 
-fn boot_node(script: &str, affected: bool) -> Option<Node> {
+fn boot_node(script: &str, affected: bool, env: &[(&str, &str)]) -> Option<Node> {
     if affected {
         require_affected_bed()?;
     } else {
@@ -71,6 +76,7 @@ fn boot_node(script: &str, affected: bool) -> Option<Node> {
     if affected {
         cmd.arg("--affected");
     }
+    cmd.envs(env.iter().copied());
     let start = Instant::now();
     // generous: a cold build of the components (tests/k8s/build.sh) may happen here
     let o = run_with_timeout(&mut cmd, None, Duration::from_secs(3600))
