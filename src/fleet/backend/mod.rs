@@ -24,6 +24,20 @@ pub(crate) struct Shared {
     pub(crate) view: FleetView,
 }
 
+impl Shared {
+    /// Publish `state` and `view` to the handle, waking its watchers only on a change.
+    pub(crate) fn publish(tx: &watch::Sender<Shared>, state: SlotState, view: FleetView) {
+        tx.send_if_modified(|shared| {
+            if shared.state == state && shared.view == view {
+                return false;
+            }
+            shared.state = state;
+            shared.view = view;
+            true
+        });
+    }
+}
+
 /// What the handle asks a backend.
 #[derive(Debug)]
 pub(crate) enum Command {

@@ -596,14 +596,7 @@ impl Actor {
         view.expired = self.expired;
         view.health = self.health.clone();
         let state = self.state();
-        self.tx.send_if_modified(|shared| {
-            if shared.state == state && shared.view == view {
-                return false;
-            }
-            shared.state = state;
-            shared.view = view;
-            true
-        });
+        Shared::publish(&self.tx, state, view);
     }
 }
 

@@ -101,13 +101,6 @@ impl Actor {
         };
         view.health = self.health.clone();
         let state = self.state();
-        self.tx.send_if_modified(|shared| {
-            if shared.state == state && shared.view == view {
-                return false;
-            }
-            shared.state = state;
-            shared.view = view;
-            true
-        });
+        Shared::publish(&self.tx, state, view);
     }
 }
