@@ -71,6 +71,23 @@ pub enum SlotState {
     },
 }
 
+impl SlotState {
+    /// The state of a request while its store is down (since `since`) or refuses this node:
+    /// `Rejected` for a refusal an operator must mend, `Unreachable` otherwise.
+    pub fn down(since: SystemTime, e: &FleetError) -> SlotState {
+        if e.is_rejection() {
+            SlotState::Rejected {
+                error: e.to_string(),
+            }
+        } else {
+            SlotState::Unreachable {
+                since,
+                error: e.to_string(),
+            }
+        }
+    }
+}
+
 /// A holder of a slot, as the group shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Holder {

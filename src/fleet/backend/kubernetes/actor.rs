@@ -552,16 +552,7 @@ impl Actor {
         }
         if let Some((since, e)) = &self.down {
             if self.want.is_some() {
-                return if e.is_rejection() {
-                    SlotState::Rejected {
-                        error: e.to_string(),
-                    }
-                } else {
-                    SlotState::Unreachable {
-                        since: *since,
-                        error: e.to_string(),
-                    }
-                };
+                return SlotState::down(*since, e);
             }
         }
         match (&self.want, &self.plan) {

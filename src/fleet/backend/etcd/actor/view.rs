@@ -64,16 +64,7 @@ impl Actor {
             };
         }
         if let Some((since, e)) = &self.down {
-            return if e.is_rejection() {
-                SlotState::Rejected {
-                    error: e.to_string(),
-                }
-            } else {
-                SlotState::Unreachable {
-                    since: *since,
-                    error: e.to_string(),
-                }
-            };
+            return SlotState::down(*since, e);
         }
         match (&self.want, self.queue) {
             (Some(w), Some((position, holders, max))) => SlotState::Waiting {
